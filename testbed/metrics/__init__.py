@@ -1,0 +1,30 @@
+"""Results collection: statistics over raw records (exporters and Prometheus come later)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0–100), as numpy's default."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def describe(values: Sequence[float]) -> dict[str, float | int | None]:
+    """count, mean, p50, p99, max; None where there is nothing to describe."""
+    if not values:
+        return {"count": 0, "mean": None, "p50": None, "p99": None, "max": None}
+    return {
+        "count": len(values),
+        "mean": sum(values) / len(values),
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "max": max(values),
+    }

@@ -1,0 +1,279 @@
+"""The life cycle of one run: preflight → build → shape → start → run → collect → tear down.
+
+Teardown runs on every exit path (success, failure, Ctrl-C, SIGTERM), with those signals
+ignored while it works, so a second Ctrl-C cannot leave half a network behind. A run killed
+with SIGKILL leaves its state file; `testbed down` finishes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from testbed import preflight
+from testbed.errors import RunFailure, ScenarioError, TestbedError
+from testbed.runtime.netns import NETNS_DIR, NetnsRuntime, teardown
+from testbed.scenario import Scenario, dump_scenario
+from testbed.shaping.apply import apply_plan
+from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
+from testbed.shaping.stats import class_counters
+from testbed.state import RunState, all_states
+from testbed.topology import names_for, new_run_id, single_tor, valid_run_id
+from testbed.workloads.linkcheck import Linkcheck
+
+log = logging.getLogger("testbed")
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM during a run; BaseException so no `except Exception` swallows it."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(signame)
+        self.signame = signame
+
+
+class UI(Protocol):
+    def phase(self, name: str) -> None: ...
+    def running(self, elapsed: float, total: float, info: str) -> None: ...
+
+
+class QuietUI:
+    def phase(self, name: str) -> None:
+        pass
+
+    def running(self, elapsed: float, total: float, info: str) -> None:
+        pass
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    run_id: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def default_run_dir(s: Scenario, run_id: str) -> Path:
+    return Path("runs") / f"{s.name}-{datetime.now():%Y%m%d-%H%M%S}-{run_id}"
+
+
+def check_run_id(run_id: str) -> None:
+    if not valid_run_id(run_id):
+        raise ScenarioError(f"--run-id: {run_id!r} must be 6 lowercase hex digits, e.g. 3fa9c1")
+    n = names_for(run_id)
+    held = [st.run_id for st in all_states() if st.run_id == run_id]
+    held += [p.name for p in NETNS_DIR.glob(f"{n['prefix']}*")] if NETNS_DIR.is_dir() else []
+    if Path(f"/sys/class/net/{n['mgmt_bridge']}").exists():
+        held.append(n["mgmt_bridge"])
+    if held:
+        raise ScenarioError(
+            f"--run-id: names of run {run_id} are held by another run ({', '.join(held)}); "
+            "pick another id, or run `testbed down` if that run is dead"
+        )
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _attach_log(run_dir: Path) -> logging.Handler:
+    h = logging.FileHandler(run_dir / "testbed.log")
+    h.setLevel(logging.DEBUG)
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("testbed").addHandler(h)
+    logging.getLogger("testbed").setLevel(logging.DEBUG)
+    return h
+
+
+def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[str, Path]:
+    """Every check that can refuse the run, before anything exists. Returns (run id, folder)."""
+    if s.runtime != "netns":
+        raise ScenarioError(f"runtime: {s.runtime!r} is reserved and not implemented yet; use netns")
+    preflight.require_root("testbed up")
+    preflight.require_binaries()
+    if run_id is None:
+        run_id = new_run_id()
+        while True:
+            try:
+                check_run_id(run_id)
+                break
+            except ScenarioError:
+                run_id = new_run_id()
+    else:
+        check_run_id(run_id)
+    preflight.check_prefixes(s)
+    run_dir = out or default_run_dir(s, run_id)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ScenarioError(f"--out: {run_dir} exists and is not empty; choose a new folder")
+    return run_id, run_dir
+
+
+def run(
+    s: Scenario, out: Path | None = None, run_id: str | None = None, ui: UI | None = None
+) -> RunResult:
+    ui = ui or QuietUI()
+    run_id, run_dir = prepare(s, out, run_id)
+    ui.phase("probing kernel")
+    caps, warnings = preflight.kernel_capabilities(s)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.yaml").write_text(dump_scenario(s))
+    handler = _attach_log(run_dir)
+    for w in warnings:
+        log.warning(w)
+    result = RunResult(run_dir, run_id)
+    state = RunState(run_id=run_id, scenario=s.name, out_dir=str(run_dir.resolve()))
+    state.save()
+    log.info("run %s of scenario %s → %s", run_id, s.name, run_dir)
+    status, error = "ok", None
+    try:
+        with _signals_raise():
+            result.summary = _live(s, run_id, run_dir, state, caps.has("netem"), ui, warnings)
+    except Interrupted as e:
+        status, error = "interrupted", f"stopped by {e.signame}"
+        log.warning("run %s: %s; tearing down", run_id, error)
+    except TestbedError as e:
+        status, error = "failed", str(e)
+        log.error("run %s failed: %s", run_id, e)
+    except Exception as e:
+        status, error = "failed", f"{type(e).__name__}: {e}"
+        log.exception("run %s failed unexpectedly", run_id)
+    finally:
+        with _signals_ignored():
+            ui.phase("tearing down")
+            state.set_phase("tearing down")
+            t0 = time.monotonic()
+            problems = teardown(state)
+            if problems:
+                for p in problems:
+                    log.error("teardown: %s", p)
+            else:
+                state.remove()
+            log.info("teardown took %.2f s%s", time.monotonic() - t0, "" if not problems else " (incomplete)")
+    summary = result.summary or {
+        "scenario": s.name, "run_id": run_id, "runtime": s.runtime, "duration_s": s.duration
+    }
+    summary.update(status=status, error=error, warnings=warnings)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    logging.getLogger("testbed").removeHandler(handler)
+    handler.close()
+    result.summary = summary
+    if status == "interrupted":
+        raise Interrupted(error or "")
+    if status == "failed":
+        raise RunFailure(f"{error} (run folder: {run_dir})")
+    if problems:
+        raise RunFailure(f"teardown incomplete: {'; '.join(problems)}; run `testbed down`")
+    return result
+
+
+def _live(
+    s: Scenario, run_id: str, run_dir: Path, state: RunState, netem: bool, ui: UI, warnings: list[str]
+) -> dict[str, Any]:
+    topo = single_tor(s, run_id)
+    rt = NetnsRuntime(topo, state)
+    try:
+        ui.phase(f"building {len(topo.hosts)} hosts")
+        state.set_phase("building")
+        t0 = time.monotonic()
+        rt.build()
+        t_build = time.monotonic() - t0
+
+        ui.phase("shaping links")
+        t = s.topology
+        spec = LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit)
+        plans = plan_links(topo.link_ends(), spec, s.tc_profile, netem)
+        state.record(*({"kind": "qdisc", "netns": p.end.netns, "ifname": p.end.ifname, "handle": "1:"} for p in plans))
+        t0 = time.monotonic()
+        for p in plans:
+            apply_plan(rt.ipr(p.end.netns), p)
+        t_shape = time.monotonic() - t0
+        for note in sorted({n for p in plans for n in p.notes}):
+            if note not in warnings:
+                warnings.append(note)
+                log.warning(note)
+        log.info("built %d hosts in %.2f s, shaped %d link directions in %.2f s",
+                 len(topo.hosts), t_build, len(plans), t_shape)
+
+        workloads = []
+        if s.workloads.linkcheck is not None:
+            workloads.append(Linkcheck(s.workloads.linkcheck, s, topo, rt, run_dir))
+        state.set_phase("running")
+        start_at = time.time() + 1.0  # let every process start, then begin together
+        for w in workloads:
+            w.start(start_at, s.duration)
+        ui.phase("running")
+        t_end = start_at + s.duration
+        while (now := time.time()) < t_end:
+            for w in workloads:
+                w.check()
+            ui.running(max(0.0, now - start_at), s.duration, _live_info(rt, plans))
+            time.sleep(min(0.5, max(0.0, t_end - now)))
+        ui.running(s.duration, s.duration, "")
+
+        ui.phase("collecting")
+        sections = {w.name: w.collect() for w in workloads}
+        links = _links(rt, plans)
+        return {
+            "scenario": s.name,
+            "run_id": run_id,
+            "runtime": s.runtime,
+            "duration_s": s.duration,
+            "seed": s.seed,
+            "tc_profile": s.tc_profile.name,
+            "started_at": start_at,
+            "setup_s": {"build": round(t_build, 3), "shape": round(t_shape, 3)},
+            "links": links,
+            **sections,
+        }
+    finally:
+        rt.close()
+
+
+def _links(rt: NetnsRuntime, plans: list[InterfacePlan]) -> list[dict[str, Any]]:
+    """Per direction and class: the queue's counters (what `tc -s class show` prints)."""
+    out = []
+    for p in plans:
+        counters = class_counters(rt.ipr(p.end.netns), p)
+        classes = {
+            name: {k: c[k] for k in ("bytes", "packets", "drops")} for name, c in counters.items()
+        }
+        out.append({"node": p.end.node, "direction": p.end.direction, "rate_bps": p.rate_bps,
+                    "netns": p.end.netns, "ifname": p.end.ifname, "classes": classes})
+    return out
+
+
+def _live_info(rt: NetnsRuntime, plans: list[InterfacePlan]) -> str:
+    """A one-line view of traffic so far: bytes per class over all downlinks."""
+    totals: dict[str, int] = {}
+    for p in plans:
+        if p.end.direction != "down":
+            continue
+        for name, c in class_counters(rt.ipr(p.end.netns), p).items():
+            totals[name] = totals.get(name, 0) + c["bytes"]
+    return "  ".join(f"{k} {v / 1e6:.1f} MB" for k, v in totals.items())

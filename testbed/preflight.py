@@ -1,0 +1,87 @@
+"""Checks that run before anything is created: root, binaries, kernel features, addresses."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+
+from pyroute2 import IPRoute
+
+from testbed.errors import EnvironmentProblem, ScenarioError
+from testbed.scenario import Scenario
+from testbed.shaping.probe import HOW, Capabilities, probe
+from testbed.state import all_states
+
+BINARIES = {"nsenter": "util-linux (apt-get install util-linux)"}
+
+
+def require_root(action: str) -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(
+            f"{action} needs root (it creates network namespaces and qdiscs); run it with sudo"
+        )
+
+
+def require_binaries() -> None:
+    for name, pkg in BINARIES.items():
+        if shutil.which(name) is None:
+            raise EnvironmentProblem(f"the {name} binary is missing; install {pkg}")
+
+
+def kernel_capabilities(s: Scenario) -> tuple[Capabilities, list[str]]:
+    """Probe the kernel; raise on a missing required feature, return warnings for optional ones."""
+    caps = probe()
+    missing = caps.missing_required()
+    if missing:
+        raise EnvironmentProblem(
+            "this kernel lacks "
+            + ", ".join(f"{m} ({HOW[m]})" for m in missing)
+            + "; testbed cannot shape links without it"
+        )
+    warnings = []
+    t = s.topology
+    if (t.delay or t.jitter or t.loss) and not caps.has("netem"):
+        warnings.append(
+            f"topology asks for delay/jitter/loss but the kernel has no netem ({HOW['netem']}); "
+            "the run goes on without them"
+        )
+    return caps, warnings
+
+
+def host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:
+    """IPv4 routes and addresses of the root namespace, as (prefix, description)."""
+    out: list[tuple[ipaddress.IPv4Network, str]] = []
+    with IPRoute() as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        for r in ipr.get_routes(family=socket.AF_INET, table=0):
+            if r["dst_len"] == 0:
+                continue  # a default route "overlaps" everything; it is not a conflict
+            dst = r.get_attr("RTA_DST")
+            if dst is None:
+                continue
+            net = ipaddress.IPv4Network(f"{dst}/{r['dst_len']}", strict=False)
+            dev = names.get(r.get_attr("RTA_OIF"), "?")
+            out.append((net, f"route {net} dev {dev}"))
+        for a in ipr.get_addr(family=socket.AF_INET):
+            net = ipaddress.IPv4Network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}", strict=False)
+            if net.is_loopback:
+                continue
+            out.append((net, f"address {a.get_attr('IFA_ADDRESS')}/{a['prefixlen']} on {names.get(a['index'], '?')}"))
+    return out
+
+
+def check_prefixes(s: Scenario) -> None:
+    """Refuse address prefixes that collide with the host's own networks or a live run."""
+    live = {st.run_id for st in all_states() if st.alive()}
+    for field in ("prefix", "management_prefix"):
+        net: ipaddress.IPv4Network = getattr(s.topology, field)
+        for other, what in host_routes():
+            if net.overlaps(other):
+                owner = next((r for r in live if f"tb{r}" in what), None)
+                cause = f" (run {owner} is using it)" if owner else ""
+                raise ScenarioError(
+                    f"topology.{field}: {net} overlaps the host's {what}{cause}; "
+                    f"choose another private prefix for topology.{field}"
+                )

@@ -1,0 +1,309 @@
+"""The default runtime: every node is a Linux network namespace (needs root and nothing else).
+
+Building is plain netlink through pyroute2. Netlink sockets are opened *inside* each namespace
+by switching the calling thread there (setns) and back, which is several times faster than
+pyroute2's `IPRoute(netns=...)` (that forks a helper per socket). Processes are started in a
+node with `nsenter`, the util-linux tool for exactly this, so that no Python code runs between
+fork and exec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from pyroute2 import IPRoute, netns
+from pyroute2.ethtool import Ethtool
+from pyroute2.netlink.exceptions import NetlinkError
+
+from testbed.errors import RunFailure
+from testbed.state import RunState
+from testbed.topology import TopologyPlan
+
+log = logging.getLogger(__name__)
+
+NETNS_DIR = Path("/run/netns")
+# Offloads that make a veth hand 64 KB super-packets to the qdisc: HTB then counts and queues
+# super-packets, so rates overshoot in bursts and a 1000-packet FIFO holds 64 MB.
+OFFLOADS_OFF = (
+    "tx-tcp-segmentation",
+    "tx-tcp6-segmentation",
+    "tx-tcp-ecn-segmentation",
+    "tx-tcp-mangleid-segmentation",
+    "tx-generic-segmentation",
+    "tx-udp-segmentation",
+    "rx-gro",
+    "rx-gro-list",
+    "rx-udp-gro-forwarding",
+)
+
+
+@contextlib.contextmanager
+def inside(ns: str | None) -> Iterator[None]:
+    """Run the block with the calling thread in namespace `ns` (None: stay where we are)."""
+    if ns is None:
+        yield
+        return
+    netns.pushns(ns)
+    try:
+        yield
+    finally:
+        netns.popns()
+
+
+def open_ipr(ns: str | None) -> IPRoute:
+    if ns is not None and not (NETNS_DIR / ns).exists():
+        raise RunFailure(f"network namespace {ns} does not exist")
+    with inside(ns):
+        return IPRoute()
+
+
+def create_netns(name: str) -> None:
+    """Create a named namespace without forking (O_EXCL: refuse one that exists)."""
+    netns.pushns()
+    try:
+        netns.setns(name, flags=os.O_CREAT | os.O_EXCL, fork=False)
+    finally:
+        netns.popns()
+
+
+def write_sysctl(ns: str | None, key: str, value: str) -> None:
+    """Write /proc/sys/<key> as seen from inside `ns`; absent keys (no IPv6) are fine."""
+    with inside(ns):
+        try:
+            Path("/proc/sys", key.replace(".", "/")).write_text(value)
+        except FileNotFoundError:
+            pass
+
+
+def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
+    with inside(ns):
+        et = Ethtool()
+        try:
+            for ifname in ifnames:
+                feats = et.get_features(ifname)
+                changed = False
+                for name in OFFLOADS_OFF:
+                    f = feats.features.get(name)
+                    if f is not None and f.enable and f.available:
+                        f.enable = False
+                        changed = True
+                if changed:
+                    et.set_features(ifname, feats)
+        finally:
+            et.close()
+
+
+class NetnsRuntime:
+    """Builds the single-ToR network of `plan`, recording each object in `state` first."""
+
+    name = "netns"
+
+    def __init__(self, plan: TopologyPlan, state: RunState) -> None:
+        self.plan = plan
+        self.state = state
+        self._iprs: dict[str | None, IPRoute] = {}
+
+    def ipr(self, ns: str | None) -> IPRoute:
+        if ns not in self._iprs:
+            self._iprs[ns] = open_ipr(ns)
+        return self._iprs[ns]
+
+    def close(self) -> None:
+        for ipr in self._iprs.values():
+            with contextlib.suppress(Exception):
+                ipr.close()
+        self._iprs.clear()
+
+    def _ifindex(self, ns: str | None, ifname: str) -> int:
+        found = self.ipr(ns).link_lookup(ifname=ifname)
+        if not found:
+            raise RunFailure(f"interface {ifname} not found in {ns or 'the root namespace'}")
+        return found[0]
+
+    def build(self) -> None:
+        p = self.plan
+        self.state.record(*({"kind": "netns", "name": ns} for ns in p.namespaces))
+        for ns in p.namespaces:
+            create_netns(ns)
+            # No IPv6: router solicitations and MLD reports would be stray traffic in the
+            # class counters, and the testbed's addresses are IPv4 only.
+            write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
+            write_sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1")
+            ipr = self.ipr(ns)
+            ipr.link("set", index=self._ifindex(ns, "lo"), state="up")
+
+        sw = self.ipr(p.switch_ns)
+        sw.link("add", ifname=p.bridge, kind="bridge")
+        br = self._ifindex(p.switch_ns, p.bridge)
+        sw.link("set", index=br, state="up")
+        for h in p.hosts:
+            sw.link("add", ifname=h.switch_port, kind="veth", peer={"ifname": h.data_if, "net_ns_fd": h.netns})
+            port = self._ifindex(p.switch_ns, h.switch_port)
+            sw.link("set", index=port, master=br)
+            sw.link("set", index=port, state="up")
+            hi = self.ipr(h.netns)
+            eth = self._ifindex(h.netns, h.data_if)
+            hi.addr("add", index=eth, address=str(h.data_ip), prefixlen=p.data_prefix.prefixlen)
+            hi.link("set", index=eth, state="up")
+            disable_offloads(h.netns, [h.data_if])
+        disable_offloads(p.switch_ns, [h.switch_port for h in p.hosts])
+        self._build_management()
+
+    def _build_management(self) -> None:
+        """Root-namespace bridge with one isolated port per host: root reaches every host,
+        hosts cannot reach each other this way, and nothing here is shaped."""
+        p = self.plan
+        self.state.record(
+            {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"},
+            *({"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"} for h in p.hosts),
+        )
+        root = self.ipr(None)
+        root.link("add", ifname=p.mgmt_bridge, kind="bridge")
+        write_sysctl(None, f"net.ipv6.conf.{p.mgmt_bridge}.disable_ipv6", "1")
+        mbr = self._ifindex(None, p.mgmt_bridge)
+        root.addr("add", index=mbr, address=str(p.mgmt_bridge_ip), prefixlen=p.mgmt_prefix.prefixlen)
+        root.link("set", index=mbr, state="up")
+        for h in p.hosts:
+            root.link("add", ifname=h.mgmt_peer, kind="veth", peer={"ifname": h.mgmt_if, "net_ns_fd": h.netns})
+            write_sysctl(None, f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1")
+            peer = self._ifindex(None, h.mgmt_peer)
+            root.link("set", index=peer, master=mbr)
+            root.brport("set", index=peer, isolated=1)
+            root.link("set", index=peer, state="up")
+            hi = self.ipr(h.netns)
+            m = self._ifindex(h.netns, h.mgmt_if)
+            hi.addr("add", index=m, address=str(h.mgmt_ip), prefixlen=p.mgmt_prefix.prefixlen)
+            hi.link("set", index=m, state="up")
+
+    def spawn(
+        self,
+        ns: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start `argv` inside namespace `ns`, output to `log_path`. The child dies with us
+        (PDEATHSIG) and sits in its own session, so a terminal's Ctrl-C reaches only the
+        orchestrator, which then stops the workloads in order."""
+        cmd = ["nsenter", f"--net={NETNS_DIR / ns}", "--", *argv]
+        out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        try:
+            return subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            out.close()
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _ns_inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def pids_in(namespaces: Sequence[str]) -> list[int]:
+    """Processes whose network namespace is one of ours."""
+    wanted = {i for ns in namespaces if (i := _ns_inode(NETNS_DIR / ns)) is not None}
+    if not wanted:
+        return []
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        i = _ns_inode(Path("/proc", entry, "ns", "net"))
+        if i in wanted:
+            out.append(int(entry))
+    return out
+
+
+def kill_processes(namespaces: Sequence[str], grace_s: float = 3.0) -> int:
+    """SIGTERM everything living in our namespaces, SIGKILL what is left after `grace_s`."""
+    pids = pids_in(namespaces)
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap()
+            pids = [p for p in pids if _exists(p)]
+            if not pids:
+                return 0
+            time.sleep(0.05)
+    return len(pids)
+
+
+def _reap() -> None:
+    """Collect our own exited children so they stop showing up in /proc."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _exists(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def teardown(state: RunState) -> list[str]:
+    """Delete what `state` records, newest first; return problems (empty when clean)."""
+    problems: list[str] = []
+    namespaces = state.namespaces()
+    left = kill_processes(namespaces)
+    if left:
+        problems.append(f"{left} process(es) in run {state.run_id}'s namespaces would not die")
+    root: IPRoute | None = None
+    for obj in reversed(state.objects):
+        if obj["kind"] != "link" or obj.get("netns") is not None:
+            continue  # links inside our namespaces go with the namespace
+        root = root or IPRoute()
+        try:
+            idx = root.link_lookup(ifname=obj["name"])
+            if idx:
+                root.link("del", index=idx[0])
+        except NetlinkError as e:
+            if e.code != errno.ENODEV:
+                problems.append(f"could not delete link {obj['name']}: {e}")
+    if root is not None:
+        root.close()
+    for ns in reversed(namespaces):
+        try:
+            netns.remove(ns)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            problems.append(f"could not remove namespace {ns}: {e}")
+    return problems

@@ -1,0 +1,328 @@
+"""scenario.yaml: the pydantic models, unit parsing, and errors that name the YAML path.
+
+Loading resolves everything a run needs (the tc profile by name becomes the profile itself),
+so the `scenario.yaml` written into a run folder is complete on its own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from testbed.errors import ScenarioError
+from testbed.shaping.profile import TcProfile, load_profile_data
+from testbed.units import (
+    format_duration,
+    format_rate,
+    format_size,
+    parse_duration,
+    parse_percent,
+    parse_rate,
+    parse_size,
+)
+
+Rate = Annotated[
+    int,
+    BeforeValidator(parse_rate),
+    PlainSerializer(format_rate, return_type=str),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[0-9.]+\s*[kmgt]?bit$"}],
+            "description": "bits per second; e.g. 100mbit, 10gbit",
+        }
+    ),
+]
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^[0-9.]+\s*(ns|us|µs|ms|s|m|min|h)$"}],
+            "description": "seconds; e.g. 10us, 2ms, 60s",
+        }
+    ),
+]
+Size = Annotated[
+    int,
+    BeforeValidator(parse_size),
+    PlainSerializer(format_size, return_type=str),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[0-9.]+\s*([KMG]i?B|B)$"}],
+            "description": "bytes; e.g. 1500B, 64KB, 6.28MB, 1MiB",
+        }
+    ),
+]
+Percent = Annotated[
+    float,
+    BeforeValidator(parse_percent),
+    WithJsonSchema(
+        {"anyOf": [{"type": "number"}, {"type": "string"}], "description": "percent; e.g. 0.1%"}
+    ),
+]
+
+_Strict = ConfigDict(extra="forbid")
+
+
+def _private_net(value: Any) -> ipaddress.IPv4Network:
+    try:
+        net = ipaddress.IPv4Network(str(value), strict=True)
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not an IPv4 prefix such as 10.10.0.0/24 ({e})") from None
+    if not net.is_private or net.is_loopback or net.is_link_local:
+        raise ValueError(f"{net} must be a private prefix (10/8, 172.16/12 or 192.168/16)")
+    return net
+
+
+Prefix = Annotated[
+    ipaddress.IPv4Network,
+    BeforeValidator(_private_net),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "description": "private IPv4 prefix, e.g. 10.10.0.0/24"}),
+]
+
+
+class _FieldError(ValueError):
+    """A cross-field error that knows the YAML path it belongs to."""
+
+    def __init__(self, loc: tuple[str | int, ...], msg: str) -> None:
+        super().__init__(msg)
+        self.loc = loc
+
+
+
+class Topology(BaseModel):
+    """A single top-of-rack switch with N hosts; every host link is shaped in both directions."""
+
+    model_config = _Strict
+
+    kind: Literal["single-tor"] = "single-tor"
+    hosts: int = Field(ge=2, le=250, description="number of hosts on the switch")
+    link_rate: Rate = Field(
+        100_000_000, ge=8_000, le=400_000_000_000, description="rate cap per direction"
+    )
+    delay: Duration = Field(0.0, ge=0, le=10, description="one-way delay per direction (netem)")
+    jitter: Duration = Field(0.0, ge=0, le=10, description="delay variation (netem)")
+    loss: Percent = Field(0.0, ge=0, le=100, description="random loss per direction (netem)")
+    queue_limit: int | None = Field(
+        None, ge=1, le=1_000_000, description="FIFO length per class in packets (overrides the profile)"
+    )
+    prefix: Prefix = Field(
+        ipaddress.IPv4Network("10.10.0.0/24"), description="data addresses (the shaped network)"
+    )
+    management_prefix: Prefix = Field(
+        ipaddress.IPv4Network("10.11.0.0/24"),
+        description="unshaped management path from the host machine to every node",
+    )
+
+    @model_validator(mode="after")
+    def _fits(self) -> Topology:
+        if self.jitter > 0 and self.delay == 0:
+            raise _FieldError(("jitter",), "needs a delay: set topology.delay too (e.g. delay: 1ms)")
+        if self.jitter > self.delay:
+            raise _FieldError(
+                ("jitter",), f"{format_duration(self.jitter)} must not exceed delay ({format_duration(self.delay)})"
+            )
+        for field in ("prefix", "management_prefix"):
+            net: ipaddress.IPv4Network = getattr(self, field)
+            room = net.num_addresses - 3  # network, broadcast, and the management side's own
+            if self.hosts > room:
+                raise _FieldError(
+                    (field,), f"{net} has room for {room} hosts, not {self.hosts}; use a larger prefix"
+                )
+        if self.prefix.overlaps(self.management_prefix):
+            raise _FieldError(
+                ("management_prefix",),
+                f"prefix {self.prefix} and management_prefix {self.management_prefix} overlap; "
+                "they must be disjoint"
+            )
+        return self
+
+
+class LinkcheckWorkload(BaseModel):
+    """Bulk TCP per traffic class plus short request/response transfers: checks the links."""
+
+    model_config = _Strict
+
+    pattern: Literal["ring", "single"] = Field(
+        "ring", description="ring: host i sends to host i+1 (all links busy); single: h1 → h2 only"
+    )
+    bulk_classes: list[str] | None = Field(
+        None, description="classes that get one bulk flow per pair (default: every class)"
+    )
+    short: bool = Field(True, description="run short request/response transfers")
+    short_class: str | None = Field(None, description="class of the short transfers (default: highest)")
+    short_interval: Duration = Field(0.1, gt=0, le=60, description="time between short transfers")
+    short_size: Size = Field(10_000, ge=1, le=100_000_000, description="response size of a short transfer")
+    warmup: Duration = Field(1.0, ge=0, description="excluded from goodput (TCP slow start)")
+    port: int = Field(5201, ge=1024, le=65535)
+
+
+class Workloads(BaseModel):
+    model_config = _Strict
+
+    linkcheck: LinkcheckWorkload | None = None
+
+
+class Scenario(BaseModel):
+    model_config = _Strict
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    description: str = ""
+    seed: int = Field(1, ge=0, le=2**32 - 1)
+    duration: Duration = Field(30.0, gt=0, le=7 * 24 * 3600)
+    runtime: Literal["netns", "docker"] = "netns"
+    topology: Topology
+    tc_profile: TcProfile = Field(
+        "fifo",  # type: ignore[assignment]  # resolved by the validator below
+        validate_default=True,
+        description="a profile name from tc_profiles/, a path to a YAML file, or an inline profile",
+    )
+    workloads: Workloads = Field(default_factory=Workloads)
+
+    @field_validator("tc_profile", mode="before")
+    @classmethod
+    def _resolve_profile(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str):
+            base = (info.context or {}).get("base_dir")
+            return load_profile_data(value, base)
+        return value
+
+    @model_validator(mode="after")
+    def _cross_refs(self) -> Scenario:
+        lc = self.workloads.linkcheck
+        if lc is not None:
+            names = self.tc_profile.class_names
+            for i, c in enumerate(lc.bulk_classes or []):
+                if c not in names:
+                    raise _FieldError(
+                        ("workloads", "linkcheck", "bulk_classes", i),
+                        f"{c!r} is not a class of tc profile {self.tc_profile.name!r}; classes: {names}",
+                    )
+            if lc.short_class is not None and lc.short_class not in names:
+                raise _FieldError(
+                    ("workloads", "linkcheck", "short_class"),
+                    f"{lc.short_class!r} is not a class of tc profile {self.tc_profile.name!r}; "
+                    f"classes: {names}",
+                )
+        return self
+
+    def with_overrides(self, duration: float | None = None, seed: int | None = None) -> Scenario:
+        data = self.model_dump(mode="json")
+        if duration is not None:
+            data["duration"] = duration
+        if seed is not None:
+            data["seed"] = seed
+        return load_scenario_data(data, source="command line")
+
+
+def _loc(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out or "(top level)"
+
+
+def _describe(err: dict[str, Any]) -> str:
+    """One error as `path: what is wrong, got X`."""
+    kind, ctx, given = err["type"], err.get("ctx", {}), err.get("input")
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # Unions (e.g. tc_profile: name | inline) add a branch name to the path; drop it.
+    loc = tuple(p for p in loc if p not in ("str", "TcProfile"))
+    path = _loc(loc)
+    bounds = {
+        "greater_than_equal": ("≥", "ge"),
+        "greater_than": (">", "gt"),
+        "less_than_equal": ("≤", "le"),
+        "less_than": ("<", "lt"),
+    }
+    if kind in bounds:
+        sym, key = bounds[kind]
+        return f"{path}: must be {sym} {ctx.get(key)}, got {given!r}"
+    if kind == "missing":
+        return f"{path}: required field is missing"
+    if kind == "extra_forbidden":
+        return f"{path}: unknown field (check the spelling; `testbed schema` lists every field)"
+    if kind == "literal_error":
+        return f"{path}: must be one of {ctx.get('expected')}, got {given!r}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"{path}: must be a whole number, got {given!r}"
+    if kind == "string_pattern_mismatch":
+        return f"{path}: {given!r} is not allowed; use letters, digits, '.', '_' or '-'"
+    if kind in ("too_short", "too_long"):
+        return f"{path}: {err['msg'].lower()}"
+    msg = err["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return f"{path}: {msg}"
+
+
+def format_validation_error(e: ValidationError, source: str) -> str:
+    """The first problem, on one line; the count of any others follows it."""
+    errs = e.errors(include_url=False)
+    first = errs[0]
+    exc = first.get("ctx", {}).get("error")
+    if isinstance(exc, _FieldError):
+        line = f"{_loc(tuple(first['loc']) + exc.loc)}: {exc}"
+    else:
+        line = _describe(first)
+    more = len(errs) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{source}: {line}{suffix}"
+
+
+def load_scenario_data(data: Any, source: str, base_dir: Path | None = None) -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario must be a YAML mapping with name, topology, ...")
+    try:
+        return Scenario.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as e:
+        raise ScenarioError(format_validation_error(e, source)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"{p}: no such scenario file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ScenarioError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+    return load_scenario_data(data, source=str(p), base_dir=p.resolve().parent)
+
+
+def dump_scenario(s: Scenario) -> str:
+    return yaml.safe_dump(s.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Scenario.model_json_schema(mode="validation")
+    schema["properties"]["tc_profile"] = {
+        "anyOf": [{"type": "string"}, {"$ref": "#/$defs/TcProfile"}],
+        "default": "fifo",
+        "description": "a profile name from tc_profiles/, a path to a YAML file, or an inline profile",
+    }
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "testbed scenario"
+    return schema

@@ -1,0 +1,170 @@
+"""Turn a link spec and a tc profile into an explicit list of tc objects per interface.
+
+Pure data, no root, no kernel: unit tests check the plan; `apply.py` executes it. For every
+shaped direction the plan is
+
+    htb 1: (default → the profile's default class)
+    └─ class 1:1   rate = ceil = link rate                 the cap
+       ├─ class 1:10  prio 0, rate = guaranteed share, ceil = link     highest priority
+       │  └─ pfifo 10: limit N   (netem 10: when delay/jitter/loss is asked and the kernel has it)
+       ├─ class 1:11  prio 1, ...
+       └─ ...
+    u32 filters on parent 1:: TOS byte & 0xfc == DSCP << 2  →  class
+
+HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on this
+kernel, see shared/reference), and the guaranteed `rate` of each class is small, so a
+backlogged low class keeps only its guaranteed share. Burst and quantum are set explicitly:
+pyroute2's default burst is about one MTU, which loses accuracy at Gbit rates, and the kernel's
+r2q-derived quantum is enormous at high rates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from testbed.shaping.profile import TcProfile
+from testbed.topology import LinkEnd
+
+FRAME_BYTES = 1514  # Ethernet frame for a 1500-byte MTU, as HTB counts it (no FCS/preamble)
+BURST_SECONDS = 0.001  # token bucket depth: 1 ms at the link rate
+ROOT = "1:"
+CAP = "1:1"
+
+
+@dataclass(frozen=True)
+class Htb:
+    handle: str
+    default_minor: int
+
+
+@dataclass(frozen=True)
+class HtbClass:
+    handle: str
+    parent: str
+    rate_bps: int
+    ceil_bps: int
+    prio: int
+    burst: int  # bytes
+    cburst: int  # bytes
+    quantum: int  # bytes
+
+
+@dataclass(frozen=True)
+class Fifo:
+    handle: str
+    parent: str
+    limit: int  # packets
+
+
+@dataclass(frozen=True)
+class Netem:
+    handle: str
+    parent: str
+    limit: int  # packets (netem's own queue doubles as the class FIFO)
+    delay_us: int
+    jitter_us: int
+    loss_pct: float
+
+
+@dataclass(frozen=True)
+class DscpFilter:
+    parent: str
+    prio: int
+    target: str
+    dscp: int
+
+    @property
+    def u32_key(self) -> str:
+        """Match the TOS byte (offset 1 of the IPv4 header), ignoring the two ECN bits."""
+        return f"0x{self.dscp << 2:02x}/0xfc+1"
+
+
+TcObject = Htb | HtbClass | Fifo | Netem | DscpFilter
+
+
+@dataclass(frozen=True)
+class InterfacePlan:
+    end: LinkEnd
+    rate_bps: int
+    objects: tuple[TcObject, ...]
+    classes: dict[str, str]  # class name → classid ("1:10")
+    leaves: dict[str, str]  # class name → leaf qdisc handle ("10:")
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    rate_bps: int
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss_pct: float = 0.0
+    queue_limit: int | None = None
+
+    @property
+    def wants_netem(self) -> bool:
+        return self.delay_s > 0 or self.jitter_s > 0 or self.loss_pct > 0
+
+
+def burst_bytes(rate_bps: int) -> int:
+    return max(2 * FRAME_BYTES, round(rate_bps / 8 * BURST_SECONDS))
+
+
+def quantum_bytes(rate_bps: int) -> int:
+    # DRR quantum among equal-priority classes: at least a frame, at most what the kernel
+    # accepts without warning (200000).
+    return max(FRAME_BYTES, min(200_000, burst_bytes(rate_bps)))
+
+
+def plan_interface(
+    end: LinkEnd, link: LinkSpec, profile: TcProfile, netem_available: bool
+) -> InterfacePlan:
+    notes: list[str] = []
+    use_netem = link.wants_netem and netem_available
+    if link.wants_netem and not netem_available:
+        notes.append(
+            "kernel has no sch_netem: delay/jitter/loss not applied "
+            "(load it with `modprobe sch_netem`, or use a kernel built with CONFIG_NET_SCH_NETEM)"
+        )
+    rate = link.rate_bps
+    burst = burst_bytes(rate)
+    objects: list[TcObject] = []
+    classes: dict[str, str] = {}
+    leaves: dict[str, str] = {}
+    default_minor = 0x10 + profile.class_names.index(profile.default or profile.class_names[0])
+    objects.append(Htb(ROOT, default_minor))
+    objects.append(HtbClass(CAP, ROOT, rate, rate, 0, burst, burst, quantum_bytes(rate)))
+    for i, cls in enumerate(profile.classes):
+        minor = 0x10 + i
+        classid = f"1:{minor:x}"
+        leaf = f"{minor:x}:"
+        guaranteed = max(8_000, round(rate * cls.guaranteed))
+        objects.append(
+            HtbClass(classid, CAP, guaranteed, rate, i, burst, burst, quantum_bytes(rate))
+        )
+        limit = link.queue_limit or cls.limit
+        if use_netem:
+            objects.append(
+                Netem(
+                    leaf,
+                    classid,
+                    limit,
+                    round(link.delay_s * 1e6),
+                    round(link.jitter_s * 1e6),
+                    link.loss_pct,
+                )
+            )
+        else:
+            objects.append(Fifo(leaf, classid, limit))
+        classes[cls.name] = classid
+        leaves[cls.name] = leaf
+    if len(profile.classes) > 1:
+        for cls in profile.classes:
+            for d in cls.dscp:
+                objects.append(DscpFilter(ROOT, 10, classes[cls.name], d))
+    return InterfacePlan(end, rate, tuple(objects), classes, leaves, tuple(notes))
+
+
+def plan_links(
+    ends: list[LinkEnd], link: LinkSpec, profile: TcProfile, netem_available: bool
+) -> list[InterfacePlan]:
+    return [plan_interface(e, link, profile, netem_available) for e in ends]

@@ -1,0 +1,87 @@
+"""Ask the kernel what it can do before building anything.
+
+The only reliable test is to try: qdiscs may be built in or modules, and /proc/modules says
+nothing about built-ins. The probe works in a throwaway namespace it removes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+from pyroute2 import netns, protocols
+from pyroute2.netlink.exceptions import NetlinkError
+
+from testbed.runtime.netns import create_netns, open_ipr
+
+HOW = {
+    "veth": "CONFIG_VETH (modprobe veth)",
+    "bridge": "CONFIG_BRIDGE (modprobe bridge)",
+    "htb": "CONFIG_NET_SCH_HTB (modprobe sch_htb)",
+    "pfifo": "CONFIG_NET_SCH_FIFO (built into every kernel with qdiscs)",
+    "u32": "CONFIG_NET_CLS_U32 (modprobe cls_u32)",
+    "netem": "CONFIG_NET_SCH_NETEM (modprobe sch_netem)",
+}
+REQUIRED = ("veth", "bridge", "htb", "pfifo", "u32")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    present: frozenset[str]
+
+    def has(self, feature: str) -> bool:
+        return feature in self.present
+
+    def missing_required(self) -> list[str]:
+        return [f for f in REQUIRED if f not in self.present]
+
+
+def probe() -> Capabilities:
+    name = f"tb-probe-{os.getpid()}"
+    present: set[str] = set()
+    create_netns(name)
+    try:
+        ipr = open_ipr(name)
+        try:
+            _try_all(ipr, present)
+        finally:
+            ipr.close()
+    finally:
+        with contextlib.suppress(OSError):
+            netns.remove(name)
+    return Capabilities(frozenset(present))
+
+
+def _try_all(ipr, present: set[str]) -> None:
+    def attempt(feature: str, fn) -> bool:
+        try:
+            fn()
+        except NetlinkError:
+            return False
+        present.add(feature)
+        return True
+
+    attempt("bridge", lambda: ipr.link("add", ifname="pbr", kind="bridge"))
+    if not attempt("veth", lambda: ipr.link("add", ifname="pa", kind="veth", peer="pb")):
+        return
+    i = ipr.link_lookup(ifname="pa")[0]
+    if not attempt("htb", lambda: ipr.tc("add", "htb", index=i, handle="1:", default=0x10)):
+        return
+    ipr.tc("add-class", "htb", index=i, handle="1:10", parent="1:", rate=125_000, ceil=125_000)
+    ipr.tc("add-class", "htb", index=i, handle="1:11", parent="1:", rate=125_000, ceil=125_000)
+    attempt("pfifo", lambda: ipr.tc("add", "pfifo", index=i, handle="10:", parent="1:10", limit=10))
+    attempt("netem", lambda: ipr.tc("add", "netem", index=i, handle="11:", parent="1:11", delay=1000))
+    attempt(
+        "u32",
+        lambda: ipr.tc(
+            "add-filter",
+            "u32",
+            index=i,
+            parent="1:",
+            prio=10,
+            protocol=protocols.ETH_P_IP,
+            target="1:10",
+            keys=["0xb8/0xfc+1"],
+        ),
+    )

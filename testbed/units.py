@@ -1,0 +1,128 @@
+"""Units people write in scenarios: rates (`100mbit`), durations (`10us`), sizes (`6.28MB`).
+
+Rates follow tc's conventions for the bit units (k = 1000) but refuse tc's `bps` family,
+which means *bytes* per second to tc and bits per second to most people; an ambiguous
+unit is worse than an error. Sizes accept decimal (KB, MB, GB) and binary (KiB, MiB, GiB)
+prefixes. A bare number is bits/s, seconds or bytes respectively.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+_PATTERN = re.compile(rf"^\s*(?P<full>{_NUMBER})\s*(?P<unit>[A-Za-zµ/]*)\s*$")
+
+RATE_UNITS = {
+    "": 1,
+    "bit": 1,
+    "kbit": 10**3,
+    "mbit": 10**6,
+    "gbit": 10**9,
+    "tbit": 10**12,
+}
+DURATION_UNITS = {
+    "": 1.0,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ns": 1e-9,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+}
+
+
+def _split(text: str | float | int, what: str) -> tuple[float, str]:
+    if isinstance(text, bool):
+        raise ValueError(f"expected a {what}, got {text!r}")
+    if isinstance(text, (int, float)):
+        return float(text), ""
+    m = _PATTERN.match(str(text))
+    if not m:
+        raise ValueError(f"cannot read {text!r} as a {what}")
+    return float(m.group("full")), m.group("unit")
+
+
+def parse_rate(text: str | float | int) -> int:
+    """Return bits per second."""
+    value, unit = _split(text, "rate (e.g. 100mbit, 10gbit)")
+    key = unit.lower().removesuffix("/s").removesuffix("ps")
+    if unit.lower().endswith("bps"):
+        raise ValueError(
+            f"{text!r}: 'bps' units are ambiguous (tc reads them as bytes/s); "
+            "write bits, e.g. 100mbit or 10gbit"
+        )
+    if key not in RATE_UNITS:
+        raise ValueError(f"{text!r}: unknown rate unit {unit!r}; use bit, kbit, mbit, gbit or tbit")
+    bits = value * RATE_UNITS[key]
+    if bits < 0:
+        raise ValueError(f"{text!r}: a rate cannot be negative")
+    return round(bits)
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Return seconds."""
+    value, unit = _split(text, "duration (e.g. 10us, 2ms, 60s)")
+    key = unit if unit == "µs" else unit.lower()
+    if key not in DURATION_UNITS:
+        raise ValueError(f"{text!r}: unknown time unit {unit!r}; use ns, us, ms, s, m or h")
+    return value * DURATION_UNITS[key]
+
+
+def parse_size(text: str | float | int) -> int:
+    """Return bytes."""
+    value, unit = _split(text, "size (e.g. 1500B, 64KB, 6.28MB)")
+    key = unit.lower()
+    if key not in SIZE_UNITS:
+        raise ValueError(f"{text!r}: unknown size unit {unit!r}; use B, KB, MB, GB, KiB, MiB, GiB")
+    return round(value * SIZE_UNITS[key])
+
+
+def parse_percent(text: str | float | int) -> float:
+    """Return a percentage (0–100). `0.1%` and `0.1` both mean one packet in a thousand."""
+    if isinstance(text, str) and text.strip().endswith("%"):
+        text = text.strip()[:-1]
+    value, unit = _split(text, "percentage (e.g. 0.1%)")
+    if unit:
+        raise ValueError(f"{text!r}: a percentage takes no unit but '%'")
+    return value
+
+
+def _trim(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def format_rate(bits: int) -> str:
+    for unit in ("tbit", "gbit", "mbit", "kbit"):
+        scale = RATE_UNITS[unit]
+        if bits >= scale and bits % (scale // 1000 or 1) == 0:
+            return f"{_trim(bits / scale)}{unit}"
+    return f"{bits}bit"
+
+
+def format_duration(seconds: float) -> str:
+    if seconds == 0:
+        return "0s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{_trim(seconds / scale)}{unit}"
+    return f"{_trim(seconds / 1e-9)}ns"
+
+
+def format_size(nbytes: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if nbytes >= scale:
+            return f"{_trim(nbytes / scale)}{unit}"
+    return f"{nbytes}B"

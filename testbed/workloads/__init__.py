@@ -1,0 +1,1 @@
+"""Programs that run inside nodes, and the controllers that start and collect them."""

@@ -1,0 +1,191 @@
+"""Controller for the linkcheck workload: starts its servers and clients in the nodes, then
+turns their raw records into goodput per pair and class and short-transfer completion times.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import RunFailure
+from testbed.metrics import describe
+from testbed.runtime.netns import NetnsRuntime
+from testbed.scenario import LinkcheckWorkload, Scenario
+from testbed.topology import Host, TopologyPlan
+
+log = logging.getLogger(__name__)
+NODE_PROGRAM = [sys.executable, "-m", "testbed.workloads.linkcheck_node"]
+
+
+@dataclass
+class _Proc:
+    role: str
+    host: Host
+    popen: subprocess.Popen[bytes]
+    out: Path
+
+
+def pairs(topo: TopologyPlan, pattern: str) -> list[tuple[Host, Host]]:
+    hs = topo.hosts
+    if pattern == "single":
+        return [(hs[0], hs[1])]
+    return [(hs[i], hs[(i + 1) % len(hs)]) for i in range(len(hs))]
+
+
+def _interp(samples: list[list[float]], t: float) -> float:
+    """Cumulative bytes at time t from [time, cumulative] samples (linear between samples)."""
+    if not samples or t <= samples[0][0]:
+        return 0.0 if not samples or t < samples[0][0] else samples[0][1]
+    for (t0, b0), (t1, b1) in zip(samples, samples[1:], strict=False):
+        if t0 <= t <= t1:
+            return b0 + (b1 - b0) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
+    return samples[-1][1]
+
+
+def goodput_bps(samples: list[list[float]], t_from: float, t_to: float) -> float:
+    if t_to <= t_from:
+        return 0.0
+    return (_interp(samples, t_to) - _interp(samples, t_from)) * 8 / (t_to - t_from)
+
+
+class Linkcheck:
+    name = "linkcheck"
+
+    def __init__(
+        self, cfg: LinkcheckWorkload, s: Scenario, topo: TopologyPlan, rt: NetnsRuntime, run_dir: Path
+    ) -> None:
+        self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
+        self.dir = run_dir / "linkcheck"
+        self.procs: list[_Proc] = []
+        self.pairs = pairs(topo, cfg.pattern)
+        self.bulk_classes = cfg.bulk_classes if cfg.bulk_classes is not None else s.tc_profile.class_names
+        self.short_class = cfg.short_class or s.tc_profile.class_names[0]
+        self.start_at = 0.0
+        self.duration = 0.0
+
+    def start(self, start_at: float, duration: float) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.start_at, self.duration = start_at, duration
+        for h in sorted({dst for _, dst in self.pairs}, key=lambda h: h.index):
+            out = self.dir / f"server-{h.name}.json"
+            argv = [*NODE_PROGRAM, "server", "--bind", str(h.data_ip), "--port", str(self.cfg.port),
+                    "--out", str(out)]
+            self.procs.append(_Proc("server", h, self.rt.spawn(h.netns, argv, self.dir / f"server-{h.name}.log"), out))
+        prof = self.s.tc_profile
+        by_src: dict[str, list[Host]] = {}
+        for src, dst in self.pairs:
+            by_src.setdefault(src.name, []).append(dst)
+        for src_name, dsts in by_src.items():
+            src = self.topo.host(src_name)
+            out = self.dir / f"client-{src.name}.json"
+            argv = [*NODE_PROGRAM, "client", "--bind", str(src.data_ip), "--port", str(self.cfg.port),
+                    "--duration", f"{duration:.3f}", "--start-at", f"{start_at:.6f}", "--out", str(out)]
+            for dst in dsts:
+                for c in self.bulk_classes:
+                    argv += ["--bulk", f"{dst.data_ip}:{prof.cls(c).mark}"]
+            if self.cfg.short:
+                argv += ["--short", f"{dsts[0].data_ip}:{prof.cls(self.short_class).mark}:"
+                                    f"{self.cfg.short_size}:{self.cfg.short_interval}"]
+            self.procs.append(_Proc("client", src, self.rt.spawn(src.netns, argv, self.dir / f"client-{src.name}.log"), out))
+        log.info("linkcheck: %d bulk flow(s) per pair over %d pair(s), short transfers in %r",
+                 len(self.bulk_classes), len(self.pairs), self.short_class if self.cfg.short else None)
+
+    def check(self) -> None:
+        """Raise if a process died before its time."""
+        for p in self.procs:
+            rc = p.popen.poll()
+            if rc is not None and (p.role == "server" or rc != 0):
+                raise RunFailure(
+                    f"linkcheck {p.role} on {p.host.name} exited with code {rc}; "
+                    f"see {self.dir / f'{p.role}-{p.host.name}.log'}"
+                )
+
+    def clients_done(self) -> bool:
+        return all(p.popen.poll() is not None for p in self.procs if p.role == "client")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.popen.terminate()
+        deadline = time.monotonic() + 5
+        for p in self.procs:
+            try:
+                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+
+    def collect(self) -> dict[str, Any]:
+        """Wait for the clients, stop the servers, and summarise."""
+        deadline = time.monotonic() + 30
+        while not self.clients_done():
+            if time.monotonic() > deadline:
+                raise RunFailure("linkcheck clients did not finish 30 s after the run ended")
+            time.sleep(0.1)
+        self.check()
+        self.stop()
+        return self.summarize()
+
+    def _load(self, role: str, h: Host) -> dict[str, Any]:
+        path = self.dir / f"{role}-{h.name}.json"
+        if not path.is_file():
+            raise RunFailure(f"linkcheck {role} on {h.name} wrote no results ({path})")
+        return json.loads(path.read_text())
+
+    def summarize(self) -> dict[str, Any]:
+        prof = self.s.tc_profile
+        ip_to_host = {str(h.data_ip): h for h in self.topo.hosts}
+        t_from = self.start_at + self.cfg.warmup
+        t_to = self.start_at + self.duration
+        flows: list[dict[str, Any]] = []
+        for dst in sorted({d for _, d in self.pairs}, key=lambda h: h.index):
+            for rec in self._load("server", dst)["bulk"]:
+                src = ip_to_host.get(rec["src"])
+                flows.append({
+                    "src": src.name if src else rec["src"],
+                    "dst": dst.name,
+                    "class": prof.class_of(rec["dscp"]),
+                    "dscp": rec["dscp"],
+                    "bytes": rec["bytes"],
+                    "goodput_bps": goodput_bps(rec["samples"], t_from, t_to),
+                })
+        flows.sort(key=lambda f: (f["src"], f["dst"], prof.class_names.index(f["class"])))
+        short: list[dict[str, Any]] = []
+        for src in sorted({s for s, _ in self.pairs}, key=lambda h: h.index):
+            for rec in self._load("client", src)["short"]:
+                dst = ip_to_host.get(rec["dst"])
+                short.append({"src": src.name, "dst": dst.name if dst else rec["dst"], **rec})
+        self._write_short_csv(short)
+        measured = [r["fct_s"] for r in short if r.get("completed") and r["start"] >= t_from]
+        expected = len(self.bulk_classes) * len(self.pairs)
+        if len(flows) < expected:
+            log.warning("linkcheck: %d of %d bulk flows reached their server", len(flows), expected)
+        return {
+            "pattern": self.cfg.pattern,
+            "window_s": [round(t_from - self.start_at, 3), round(t_to - self.start_at, 3)],
+            "link_rate_bps": self.s.topology.link_rate,
+            "bulk": flows,
+            "short": {
+                "class": self.short_class if self.cfg.short else None,
+                "size_bytes": self.cfg.short_size,
+                "started": len(short),
+                "completed": sum(1 for r in short if r.get("completed")),
+                "fct_s": describe(measured),
+            },
+        }
+
+    def _write_short_csv(self, short: list[dict[str, Any]]) -> None:
+        with open(self.dir / "short.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["src", "dst", "dscp", "size_bytes", "start", "end", "fct_s", "completed"])
+            for r in short:
+                w.writerow([r["src"], r["dst"], r["dscp"], r["size"], f"{r['start']:.6f}",
+                            f"{r['end']:.6f}" if "end" in r else "",
+                            f"{r['fct_s']:.6f}" if "fct_s" in r else "", r.get("completed", False)])
