@@ -50,7 +50,9 @@ def _friendly(fn: F) -> F:
             err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
             sys.exit(e.exit_code)
         except (Interrupted, KeyboardInterrupt) as e:
-            err_console.print(f"[yellow]interrupted[/] ({e}); everything was torn down", highlight=False)
+            err_console.print(
+                f"[yellow]interrupted[/] ({e}); everything was torn down", highlight=False
+            )
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
@@ -107,14 +109,24 @@ class RichUI:
 
 @main.command()
 @click.argument("scenario")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="run folder (default: runs/NAME-TIME-ID)")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="run folder (default: runs/NAME-TIME-ID)",
+)
 @click.option("--duration", help="override the scenario's duration, e.g. 30s")
 @click.option("--seed", type=int, help="override the scenario's seed")
 @click.option("--run-id", help="fix the run id (6 hex digits) instead of a random one")
 @click.option("-v", "--verbose", is_flag=True, help="show debug messages")
 @_friendly
-def up(scenario: str, out: Path | None, duration: str | None, seed: int | None, run_id: str | None,
-       verbose: bool) -> None:
+def up(
+    scenario: str,
+    out: Path | None,
+    duration: str | None,
+    seed: int | None,
+    run_id: str | None,
+    verbose: bool,
+) -> None:
     """Build the network of SCENARIO, run its workloads, write the run folder, tear down."""
     from testbed.orchestrator import run
 
@@ -128,8 +140,14 @@ def up(scenario: str, out: Path | None, duration: str | None, seed: int | None, 
     if d is not None or seed is not None:
         s = s.with_overrides(duration=d, seed=seed)
     _console_logging(verbose)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-               TextColumn("left"), TimeRemainingColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=err_console, transient=False) as progress:
         ui = RichUI(progress)
         result = run(s, out=out, run_id=run_id, ui=ui)
@@ -153,12 +171,20 @@ def _print_result(run_dir: Path, summary: dict[str, Any]) -> None:
     out = Console()
     lc = summary.get("linkcheck")
     if lc:
-        t = Table(title=f"linkcheck: goodput per pair and class (link {_fmt_rate(lc['link_rate_bps'])})")
+        t = Table(
+            title=f"linkcheck: goodput per pair and class (link {_fmt_rate(lc['link_rate_bps'])})"
+        )
         for col in ("src", "dst", "class", "dscp", "goodput", "of link"):
             t.add_column(col, justify="right" if col in ("dscp", "goodput", "of link") else "left")
         for f in lc["bulk"]:
-            t.add_row(f["src"], f["dst"], f["class"], str(f["dscp"]), _fmt_rate(f["goodput_bps"]),
-                      f"{f['goodput_bps'] / lc['link_rate_bps']:.1%}")
+            t.add_row(
+                f["src"],
+                f["dst"],
+                f["class"],
+                str(f["dscp"]),
+                _fmt_rate(f["goodput_bps"]),
+                f"{f['goodput_bps'] / lc['link_rate_bps']:.1%}",
+            )
         out.print(t)
         sh = lc["short"]
         if sh["class"] is not None:
@@ -192,9 +218,13 @@ def down(force: bool) -> None:
     for st in states:
         if st.alive():
             if not force:
-                click.echo(f"run {st.run_id} is live (pid {st.pid}); left alone (stop it, or use --force)")
+                click.echo(
+                    f"run {st.run_id} is live (pid {st.pid}); left alone (stop it, or use --force)"
+                )
                 continue
-            click.echo(f"run {st.run_id} is live: sending SIGTERM to pid {st.pid} and waiting for its teardown")
+            click.echo(
+                f"run {st.run_id} is live: sending SIGTERM to pid {st.pid} and waiting for its teardown"
+            )
             os.kill(st.pid, signal.SIGTERM)
             deadline = time.monotonic() + 30
             while st.alive() and time.monotonic() < deadline:
@@ -207,15 +237,26 @@ def down(force: bool) -> None:
             continue
         st.remove()
         cleaned += 1
-        click.echo(f"removed run {st.run_id} ({st.scenario}): {len(st.namespaces())} namespaces, "
-                   f"{sum(1 for o in st.objects if o['kind'] == 'link')} host-side links")
+        click.echo(
+            f"removed run {st.run_id} ({st.scenario}): {len(st.namespaces())} namespaces, "
+            f"{sum(1 for o in st.objects if o['kind'] == 'link')} host-side links"
+        )
     recorded = {ns for st in all_states() for ns in st.namespaces()}
     pattern = re.compile(r"^tb-[0-9a-f]{6}-(sw|h\d+)$")
-    strays = sorted(p.name for p in NETNS_DIR.glob("tb-*") if pattern.match(p.name) and p.name not in recorded) \
-        if NETNS_DIR.is_dir() else []
+    strays = (
+        sorted(
+            p.name
+            for p in NETNS_DIR.glob("tb-*")
+            if pattern.match(p.name) and p.name not in recorded
+        )
+        if NETNS_DIR.is_dir()
+        else []
+    )
     if strays:
-        click.echo("namespaces named like testbed's but recorded by no run (left alone; remove with "
-                   f"`ip netns del NAME` if they are yours): {' '.join(strays)}")
+        click.echo(
+            "namespaces named like testbed's but recorded by no run (left alone; remove with "
+            f"`ip netns del NAME` if they are yours): {' '.join(strays)}"
+        )
     if not states:
         click.echo("nothing to remove")
     elif cleaned:
@@ -240,9 +281,14 @@ def status() -> None:
     for st in states:
         alive = st.alive()
         t.add_row(
-            st.run_id, st.scenario, "[green]live[/]" if alive else "[red]dead[/] (testbed down)",
-            st.phase, str(st.pid), time.strftime("%H:%M:%S", time.localtime(st.started_at)),
-            str(max(0, len(st.namespaces()) - 1)), st.out_dir,
+            st.run_id,
+            st.scenario,
+            "[green]live[/]" if alive else "[red]dead[/] (testbed down)",
+            st.phase,
+            str(st.pid),
+            time.strftime("%H:%M:%S", time.localtime(st.started_at)),
+            str(max(0, len(st.namespaces()) - 1)),
+            st.out_dir,
         )
     Console().print(t)
 

@@ -114,7 +114,9 @@ def _attach_log(run_dir: Path) -> logging.Handler:
 def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[str, Path]:
     """Every check that can refuse the run, before anything exists. Returns (run id, folder)."""
     if s.runtime != "netns":
-        raise ScenarioError(f"runtime: {s.runtime!r} is reserved and not implemented yet; use netns")
+        raise ScenarioError(
+            f"runtime: {s.runtime!r} is reserved and not implemented yet; use netns"
+        )
     preflight.require_root("testbed up")
     preflight.require_binaries()
     if run_id is None:
@@ -174,9 +176,16 @@ def run(
                     log.error("teardown: %s", p)
             else:
                 state.remove()
-            log.info("teardown took %.2f s%s", time.monotonic() - t0, "" if not problems else " (incomplete)")
+            log.info(
+                "teardown took %.2f s%s",
+                time.monotonic() - t0,
+                "" if not problems else " (incomplete)",
+            )
     summary = result.summary or {
-        "scenario": s.name, "run_id": run_id, "runtime": s.runtime, "duration_s": s.duration
+        "scenario": s.name,
+        "run_id": run_id,
+        "runtime": s.runtime,
+        "duration_s": s.duration,
     }
     summary.update(status=status, error=error, warnings=warnings)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -193,7 +202,13 @@ def run(
 
 
 def _live(
-    s: Scenario, run_id: str, run_dir: Path, state: RunState, netem: bool, ui: UI, warnings: list[str]
+    s: Scenario,
+    run_id: str,
+    run_dir: Path,
+    state: RunState,
+    netem: bool,
+    ui: UI,
+    warnings: list[str],
 ) -> dict[str, Any]:
     topo = single_tor(s, run_id)
     rt = NetnsRuntime(topo, state)
@@ -208,7 +223,12 @@ def _live(
         t = s.topology
         spec = LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit)
         plans = plan_links(topo.link_ends(), spec, s.tc_profile, netem)
-        state.record(*({"kind": "qdisc", "netns": p.end.netns, "ifname": p.end.ifname, "handle": "1:"} for p in plans))
+        state.record(
+            *(
+                {"kind": "qdisc", "netns": p.end.netns, "ifname": p.end.ifname, "handle": "1:"}
+                for p in plans
+            )
+        )
         t0 = time.monotonic()
         for p in plans:
             apply_plan(rt.ipr(p.end.netns), p)
@@ -217,8 +237,13 @@ def _live(
             if note not in warnings:
                 warnings.append(note)
                 log.warning(note)
-        log.info("built %d hosts in %.2f s, shaped %d link directions in %.2f s",
-                 len(topo.hosts), t_build, len(plans), t_shape)
+        log.info(
+            "built %d hosts in %.2f s, shaped %d link directions in %.2f s",
+            len(topo.hosts),
+            t_build,
+            len(plans),
+            t_shape,
+        )
 
         workloads = []
         if s.workloads.linkcheck is not None:
@@ -263,8 +288,16 @@ def _links(rt: NetnsRuntime, plans: list[InterfacePlan]) -> list[dict[str, Any]]
         classes = {
             name: {k: c[k] for k in ("bytes", "packets", "drops")} for name, c in counters.items()
         }
-        out.append({"node": p.end.node, "direction": p.end.direction, "rate_bps": p.rate_bps,
-                    "netns": p.end.netns, "ifname": p.end.ifname, "classes": classes})
+        out.append(
+            {
+                "node": p.end.node,
+                "direction": p.end.direction,
+                "rate_bps": p.rate_bps,
+                "netns": p.end.netns,
+                "ifname": p.end.ifname,
+                "classes": classes,
+            }
+        )
     return out
 
 

@@ -65,10 +65,17 @@ def host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:
             dev = names.get(r.get_attr("RTA_OIF"), "?")
             out.append((net, f"route {net} dev {dev}"))
         for a in ipr.get_addr(family=socket.AF_INET):
-            net = ipaddress.IPv4Network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}", strict=False)
+            net = ipaddress.IPv4Network(
+                f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}", strict=False
+            )
             if net.is_loopback:
                 continue
-            out.append((net, f"address {a.get_attr('IFA_ADDRESS')}/{a['prefixlen']} on {names.get(a['index'], '?')}"))
+            out.append(
+                (
+                    net,
+                    f"address {a.get_attr('IFA_ADDRESS')}/{a['prefixlen']} on {names.get(a['index'], '?')}",
+                )
+            )
     return out
 
 

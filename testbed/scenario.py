@@ -42,7 +42,10 @@ Rate = Annotated[
     PlainSerializer(format_rate, return_type=str),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[0-9.]+\s*[kmgt]?bit$"}],
+            "anyOf": [
+                {"type": "integer"},
+                {"type": "string", "pattern": r"^[0-9.]+\s*[kmgt]?bit$"},
+            ],
             "description": "bits per second; e.g. 100mbit, 10gbit",
         }
     ),
@@ -53,7 +56,10 @@ Duration = Annotated[
     PlainSerializer(format_duration, return_type=str),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^[0-9.]+\s*(ns|us|µs|ms|s|m|min|h)$"}],
+            "anyOf": [
+                {"type": "number"},
+                {"type": "string", "pattern": r"^[0-9.]+\s*(ns|us|µs|ms|s|m|min|h)$"},
+            ],
             "description": "seconds; e.g. 10us, 2ms, 60s",
         }
     ),
@@ -64,7 +70,10 @@ Size = Annotated[
     PlainSerializer(format_size, return_type=str),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[0-9.]+\s*([KMG]i?B|B)$"}],
+            "anyOf": [
+                {"type": "integer"},
+                {"type": "string", "pattern": r"^[0-9.]+\s*([KMG]i?B|B)$"},
+            ],
             "description": "bytes; e.g. 1500B, 64KB, 6.28MB, 1MiB",
         }
     ),
@@ -106,7 +115,6 @@ class _FieldError(ValueError):
         self.loc = loc
 
 
-
 class Topology(BaseModel):
     """A single top-of-rack switch with N hosts; every host link is shaped in both directions."""
 
@@ -121,7 +129,10 @@ class Topology(BaseModel):
     jitter: Duration = Field(0.0, ge=0, le=10, description="delay variation (netem)")
     loss: Percent = Field(0.0, ge=0, le=100, description="random loss per direction (netem)")
     queue_limit: int | None = Field(
-        None, ge=1, le=1_000_000, description="FIFO length per class in packets (overrides the profile)"
+        None,
+        ge=1,
+        le=1_000_000,
+        description="FIFO length per class in packets (overrides the profile)",
     )
     prefix: Prefix = Field(
         ipaddress.IPv4Network("10.10.0.0/24"), description="data addresses (the shaped network)"
@@ -134,23 +145,27 @@ class Topology(BaseModel):
     @model_validator(mode="after")
     def _fits(self) -> Topology:
         if self.jitter > 0 and self.delay == 0:
-            raise _FieldError(("jitter",), "needs a delay: set topology.delay too (e.g. delay: 1ms)")
+            raise _FieldError(
+                ("jitter",), "needs a delay: set topology.delay too (e.g. delay: 1ms)"
+            )
         if self.jitter > self.delay:
             raise _FieldError(
-                ("jitter",), f"{format_duration(self.jitter)} must not exceed delay ({format_duration(self.delay)})"
+                ("jitter",),
+                f"{format_duration(self.jitter)} must not exceed delay ({format_duration(self.delay)})",
             )
         for field in ("prefix", "management_prefix"):
             net: ipaddress.IPv4Network = getattr(self, field)
             room = net.num_addresses - 3  # network, broadcast, and the management side's own
             if self.hosts > room:
                 raise _FieldError(
-                    (field,), f"{net} has room for {room} hosts, not {self.hosts}; use a larger prefix"
+                    (field,),
+                    f"{net} has room for {room} hosts, not {self.hosts}; use a larger prefix",
                 )
         if self.prefix.overlaps(self.management_prefix):
             raise _FieldError(
                 ("management_prefix",),
                 f"prefix {self.prefix} and management_prefix {self.management_prefix} overlap; "
-                "they must be disjoint"
+                "they must be disjoint",
             )
         return self
 
@@ -167,9 +182,13 @@ class LinkcheckWorkload(BaseModel):
         None, description="classes that get one bulk flow per pair (default: every class)"
     )
     short: bool = Field(True, description="run short request/response transfers")
-    short_class: str | None = Field(None, description="class of the short transfers (default: highest)")
+    short_class: str | None = Field(
+        None, description="class of the short transfers (default: highest)"
+    )
     short_interval: Duration = Field(0.1, gt=0, le=60, description="time between short transfers")
-    short_size: Size = Field(10_000, ge=1, le=100_000_000, description="response size of a short transfer")
+    short_size: Size = Field(
+        10_000, ge=1, le=100_000_000, description="response size of a short transfer"
+    )
     warmup: Duration = Field(1.0, ge=0, description="excluded from goodput (TCP slow start)")
     port: int = Field(5201, ge=1024, le=65535)
 

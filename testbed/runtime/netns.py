@@ -77,11 +77,8 @@ def create_netns(name: str) -> None:
 
 def write_sysctl(ns: str | None, key: str, value: str) -> None:
     """Write /proc/sys/<key> as seen from inside `ns`; absent keys (no IPv6) are fine."""
-    with inside(ns):
-        try:
-            Path("/proc/sys", key.replace(".", "/")).write_text(value)
-        except FileNotFoundError:
-            pass
+    with inside(ns), contextlib.suppress(FileNotFoundError):
+        Path("/proc/sys", key.replace(".", "/")).write_text(value)
 
 
 def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
@@ -146,7 +143,12 @@ class NetnsRuntime:
         br = self._ifindex(p.switch_ns, p.bridge)
         sw.link("set", index=br, state="up")
         for h in p.hosts:
-            sw.link("add", ifname=h.switch_port, kind="veth", peer={"ifname": h.data_if, "net_ns_fd": h.netns})
+            sw.link(
+                "add",
+                ifname=h.switch_port,
+                kind="veth",
+                peer={"ifname": h.data_if, "net_ns_fd": h.netns},
+            )
             port = self._ifindex(p.switch_ns, h.switch_port)
             sw.link("set", index=port, master=br)
             sw.link("set", index=port, state="up")
@@ -164,16 +166,26 @@ class NetnsRuntime:
         p = self.plan
         self.state.record(
             {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"},
-            *({"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"} for h in p.hosts),
+            *(
+                {"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
+                for h in p.hosts
+            ),
         )
         root = self.ipr(None)
         root.link("add", ifname=p.mgmt_bridge, kind="bridge")
         write_sysctl(None, f"net.ipv6.conf.{p.mgmt_bridge}.disable_ipv6", "1")
         mbr = self._ifindex(None, p.mgmt_bridge)
-        root.addr("add", index=mbr, address=str(p.mgmt_bridge_ip), prefixlen=p.mgmt_prefix.prefixlen)
+        root.addr(
+            "add", index=mbr, address=str(p.mgmt_bridge_ip), prefixlen=p.mgmt_prefix.prefixlen
+        )
         root.link("set", index=mbr, state="up")
         for h in p.hosts:
-            root.link("add", ifname=h.mgmt_peer, kind="veth", peer={"ifname": h.mgmt_if, "net_ns_fd": h.netns})
+            root.link(
+                "add",
+                ifname=h.mgmt_peer,
+                kind="veth",
+                peer={"ifname": h.mgmt_if, "net_ns_fd": h.netns},
+            )
             write_sysctl(None, f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1")
             peer = self._ifindex(None, h.mgmt_peer)
             root.link("set", index=peer, master=mbr)

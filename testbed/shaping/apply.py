@@ -29,7 +29,9 @@ def _call(ipr: IPRoute, index: int, obj: TcObject) -> None:
                 quantum=obj.quantum,
             )
         case Fifo():
-            ipr.tc("add", "pfifo", index=index, handle=obj.handle, parent=obj.parent, limit=obj.limit)
+            ipr.tc(
+                "add", "pfifo", index=index, handle=obj.handle, parent=obj.parent, limit=obj.limit
+            )
         case Netem():
             kw: dict[str, float | int] = {"limit": obj.limit}
             if obj.delay_us:

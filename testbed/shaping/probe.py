@@ -71,7 +71,9 @@ def _try_all(ipr, present: set[str]) -> None:
     ipr.tc("add-class", "htb", index=i, handle="1:10", parent="1:", rate=125_000, ceil=125_000)
     ipr.tc("add-class", "htb", index=i, handle="1:11", parent="1:", rate=125_000, ceil=125_000)
     attempt("pfifo", lambda: ipr.tc("add", "pfifo", index=i, handle="10:", parent="1:10", limit=10))
-    attempt("netem", lambda: ipr.tc("add", "netem", index=i, handle="11:", parent="1:11", delay=1000))
+    attempt(
+        "netem", lambda: ipr.tc("add", "netem", index=i, handle="11:", parent="1:11", delay=1000)
+    )
     attempt(
         "u32",
         lambda: ipr.tc(

@@ -43,7 +43,9 @@ def parse_dscp(value: Any) -> int:
             return parse_dscp(int(text))
         if text in DSCP_NAMES:
             return DSCP_NAMES[text]
-        raise ValueError(f"unknown DSCP name {value!r}; use 0–63 or one of EF, AF11–AF43, CS0–CS7, LE")
+        raise ValueError(
+            f"unknown DSCP name {value!r}; use 0–63 or one of EF, AF11–AF43, CS0–CS7, LE"
+        )
     raise ValueError(f"expected a DSCP number or name, got {value!r}")
 
 

@@ -5,6 +5,7 @@ turns their raw records into goodput per pair and class and short-transfer compl
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import subprocess
@@ -43,7 +44,7 @@ def _interp(samples: list[list[float]], t: float) -> float:
     """Cumulative bytes at time t from [time, cumulative] samples (linear between samples)."""
     if not samples or t <= samples[0][0]:
         return 0.0 if not samples or t < samples[0][0] else samples[0][1]
-    for (t0, b0), (t1, b1) in zip(samples, samples[1:], strict=False):
+    for (t0, b0), (t1, b1) in itertools.pairwise(samples):
         if t0 <= t <= t1:
             return b0 + (b1 - b0) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
     return samples[-1][1]
@@ -59,13 +60,20 @@ class Linkcheck:
     name = "linkcheck"
 
     def __init__(
-        self, cfg: LinkcheckWorkload, s: Scenario, topo: TopologyPlan, rt: NetnsRuntime, run_dir: Path
+        self,
+        cfg: LinkcheckWorkload,
+        s: Scenario,
+        topo: TopologyPlan,
+        rt: NetnsRuntime,
+        run_dir: Path,
     ) -> None:
         self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
         self.dir = run_dir / "linkcheck"
         self.procs: list[_Proc] = []
         self.pairs = pairs(topo, cfg.pattern)
-        self.bulk_classes = cfg.bulk_classes if cfg.bulk_classes is not None else s.tc_profile.class_names
+        self.bulk_classes = (
+            cfg.bulk_classes if cfg.bulk_classes is not None else s.tc_profile.class_names
+        )
         self.short_class = cfg.short_class or s.tc_profile.class_names[0]
         self.start_at = 0.0
         self.duration = 0.0
@@ -75,9 +83,24 @@ class Linkcheck:
         self.start_at, self.duration = start_at, duration
         for h in sorted({dst for _, dst in self.pairs}, key=lambda h: h.index):
             out = self.dir / f"server-{h.name}.json"
-            argv = [*NODE_PROGRAM, "server", "--bind", str(h.data_ip), "--port", str(self.cfg.port),
-                    "--out", str(out)]
-            self.procs.append(_Proc("server", h, self.rt.spawn(h.netns, argv, self.dir / f"server-{h.name}.log"), out))
+            argv = [
+                *NODE_PROGRAM,
+                "server",
+                "--bind",
+                str(h.data_ip),
+                "--port",
+                str(self.cfg.port),
+                "--out",
+                str(out),
+            ]
+            self.procs.append(
+                _Proc(
+                    "server",
+                    h,
+                    self.rt.spawn(h.netns, argv, self.dir / f"server-{h.name}.log"),
+                    out,
+                )
+            )
         prof = self.s.tc_profile
         by_src: dict[str, list[Host]] = {}
         for src, dst in self.pairs:
@@ -85,17 +108,43 @@ class Linkcheck:
         for src_name, dsts in by_src.items():
             src = self.topo.host(src_name)
             out = self.dir / f"client-{src.name}.json"
-            argv = [*NODE_PROGRAM, "client", "--bind", str(src.data_ip), "--port", str(self.cfg.port),
-                    "--duration", f"{duration:.3f}", "--start-at", f"{start_at:.6f}", "--out", str(out)]
+            argv = [
+                *NODE_PROGRAM,
+                "client",
+                "--bind",
+                str(src.data_ip),
+                "--port",
+                str(self.cfg.port),
+                "--duration",
+                f"{duration:.3f}",
+                "--start-at",
+                f"{start_at:.6f}",
+                "--out",
+                str(out),
+            ]
             for dst in dsts:
                 for c in self.bulk_classes:
                     argv += ["--bulk", f"{dst.data_ip}:{prof.cls(c).mark}"]
             if self.cfg.short:
-                argv += ["--short", f"{dsts[0].data_ip}:{prof.cls(self.short_class).mark}:"
-                                    f"{self.cfg.short_size}:{self.cfg.short_interval}"]
-            self.procs.append(_Proc("client", src, self.rt.spawn(src.netns, argv, self.dir / f"client-{src.name}.log"), out))
-        log.info("linkcheck: %d bulk flow(s) per pair over %d pair(s), short transfers in %r",
-                 len(self.bulk_classes), len(self.pairs), self.short_class if self.cfg.short else None)
+                argv += [
+                    "--short",
+                    f"{dsts[0].data_ip}:{prof.cls(self.short_class).mark}:"
+                    f"{self.cfg.short_size}:{self.cfg.short_interval}",
+                ]
+            self.procs.append(
+                _Proc(
+                    "client",
+                    src,
+                    self.rt.spawn(src.netns, argv, self.dir / f"client-{src.name}.log"),
+                    out,
+                )
+            )
+        log.info(
+            "linkcheck: %d bulk flow(s) per pair over %d pair(s), short transfers in %r",
+            len(self.bulk_classes),
+            len(self.pairs),
+            self.short_class if self.cfg.short else None,
+        )
 
     def check(self) -> None:
         """Raise if a process died before its time."""
@@ -148,14 +197,16 @@ class Linkcheck:
         for dst in sorted({d for _, d in self.pairs}, key=lambda h: h.index):
             for rec in self._load("server", dst)["bulk"]:
                 src = ip_to_host.get(rec["src"])
-                flows.append({
-                    "src": src.name if src else rec["src"],
-                    "dst": dst.name,
-                    "class": prof.class_of(rec["dscp"]),
-                    "dscp": rec["dscp"],
-                    "bytes": rec["bytes"],
-                    "goodput_bps": goodput_bps(rec["samples"], t_from, t_to),
-                })
+                flows.append(
+                    {
+                        "src": src.name if src else rec["src"],
+                        "dst": dst.name,
+                        "class": prof.class_of(rec["dscp"]),
+                        "dscp": rec["dscp"],
+                        "bytes": rec["bytes"],
+                        "goodput_bps": goodput_bps(rec["samples"], t_from, t_to),
+                    }
+                )
         flows.sort(key=lambda f: (f["src"], f["dst"], prof.class_names.index(f["class"])))
         short: list[dict[str, Any]] = []
         for src in sorted({s for s, _ in self.pairs}, key=lambda h: h.index):
@@ -186,6 +237,15 @@ class Linkcheck:
             w = csv.writer(f)
             w.writerow(["src", "dst", "dscp", "size_bytes", "start", "end", "fct_s", "completed"])
             for r in short:
-                w.writerow([r["src"], r["dst"], r["dscp"], r["size"], f"{r['start']:.6f}",
-                            f"{r['end']:.6f}" if "end" in r else "",
-                            f"{r['fct_s']:.6f}" if "fct_s" in r else "", r.get("completed", False)])
+                w.writerow(
+                    [
+                        r["src"],
+                        r["dst"],
+                        r["dscp"],
+                        r["size"],
+                        f"{r['start']:.6f}",
+                        f"{r['end']:.6f}" if "end" in r else "",
+                        f"{r['fct_s']:.6f}" if "fct_s" in r else "",
+                        r.get("completed", False),
+                    ]
+                )

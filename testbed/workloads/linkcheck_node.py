@@ -164,8 +164,16 @@ def _bulk(src: str, dst: str, port: int, dscp: int, until: float, rec: dict[str,
         s.close()
 
 
-def _short(src: str, dst: str, port: int, dscp: int, size: int, interval: float, until: float,
-           out: list[dict[str, Any]]) -> None:
+def _short(
+    src: str,
+    dst: str,
+    port: int,
+    dscp: int,
+    size: int,
+    interval: float,
+    until: float,
+    out: list[dict[str, Any]],
+) -> None:
     next_start = time.time()
     while True:
         now = time.time()
@@ -175,8 +183,13 @@ def _short(src: str, dst: str, port: int, dscp: int, size: int, interval: float,
         if start >= until:
             return
         next_start = start + interval
-        rec: dict[str, Any] = {"dst": dst, "dscp": dscp, "size": size, "start": start,
-                               "completed": False}
+        rec: dict[str, Any] = {
+            "dst": dst,
+            "dscp": dscp,
+            "size": size,
+            "start": start,
+            "completed": False,
+        }
         out.append(rec)
         try:
             s = _connect(src, dst, port, dscp, start + 5)
@@ -205,14 +218,27 @@ def client(args: argparse.Namespace) -> int:
         dst, dscp = spec.split(":")
         rec: dict[str, Any] = {"dst": dst, "dscp": int(dscp), "start": time.time()}
         bulk.append(rec)
-        threads.append(threading.Thread(target=_bulk, args=(args.bind, dst, args.port, int(dscp), until, rec)))
+        threads.append(
+            threading.Thread(target=_bulk, args=(args.bind, dst, args.port, int(dscp), until, rec))
+        )
     short: list[dict[str, Any]] = []
     if args.short:
         dst, dscp, size, interval = args.short.split(":")
-        threads.append(threading.Thread(
-            target=_short,
-            args=(args.bind, dst, args.port, int(dscp), int(size), float(interval), until, short),
-        ))
+        threads.append(
+            threading.Thread(
+                target=_short,
+                args=(
+                    args.bind,
+                    dst,
+                    args.port,
+                    int(dscp),
+                    int(size),
+                    float(interval),
+                    until,
+                    short,
+                ),
+            )
+        )
     for t in threads:
         t.start()
     for t in threads:
