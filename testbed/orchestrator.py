@@ -30,6 +30,7 @@ from testbed.topology import names_for, new_run_id, single_tor, valid_run_id
 from testbed.workloads.linkcheck import Linkcheck
 
 log = logging.getLogger("testbed")
+RATE_WARMUP_S = 1.0  # link rates in the summary leave out the first second of the run
 
 
 class Interrupted(BaseException):
@@ -254,16 +255,21 @@ def _live(
             w.start(start_at, s.duration)
         ui.phase("running")
         t_end = start_at + s.duration
+        window_start: Snapshot | None = None
         while (now := time.time()) < t_end:
             for w in workloads:
                 w.check()
-            ui.running(max(0.0, now - start_at), s.duration, _live_info(rt, plans))
+            snap = _snapshot(rt, plans)
+            if window_start is None and now >= start_at + min(RATE_WARMUP_S, s.duration / 2):
+                window_start = snap
+            ui.running(max(0.0, now - start_at), s.duration, _live_info(snap))
             time.sleep(min(0.5, max(0.0, t_end - now)))
+        window_end = _snapshot(rt, plans)
         ui.running(s.duration, s.duration, "")
 
         ui.phase("collecting")
         sections = {w.name: w.collect() for w in workloads}
-        links = _links(rt, plans)
+        links = _links(plans, _snapshot(rt, plans), window_start or window_end, window_end)
         return {
             "scenario": s.name,
             "run_id": run_id,
@@ -273,6 +279,9 @@ def _live(
             "tc_profile": s.tc_profile.name,
             "started_at": start_at,
             "setup_s": {"build": round(t_build, 3), "shape": round(t_shape, 3)},
+            "rate_window_s": [
+                round(w[0] - start_at, 3) for w in (window_start or window_end, window_end)
+            ],
             "links": links,
             **sections,
         }
@@ -280,14 +289,30 @@ def _live(
         rt.close()
 
 
-def _links(rt: NetnsRuntime, plans: list[InterfacePlan]) -> list[dict[str, Any]]:
-    """Per direction and class: the queue's counters (what `tc -s class show` prints)."""
+Snapshot = tuple[float, list[dict[str, dict[str, int]]]]  # (time, counters per plan)
+
+
+def _snapshot(rt: NetnsRuntime, plans: list[InterfacePlan]) -> Snapshot:
+    return time.time(), [class_counters(rt.ipr(p.end.netns), p) for p in plans]
+
+
+def _links(
+    plans: list[InterfacePlan], final: Snapshot, w0: Snapshot, w1: Snapshot
+) -> list[dict[str, Any]]:
+    """Per direction and class: the queue's counters (what `tc -s class show` prints) and the
+    mean rate over the run window [w0, w1] (the first second, TCP's slow start, left out)."""
     out = []
-    for p in plans:
-        counters = class_counters(rt.ipr(p.end.netns), p)
-        classes = {
-            name: {k: c[k] for k in ("bytes", "packets", "drops")} for name, c in counters.items()
-        }
+    span = w1[0] - w0[0]
+    for i, p in enumerate(plans):
+        classes = {}
+        for name, c in final[1][i].items():
+            moved = w1[1][i].get(name, {}).get("bytes", 0) - w0[1][i].get(name, {}).get("bytes", 0)
+            classes[name] = {
+                "bytes": c["bytes"],
+                "packets": c["packets"],
+                "drops": c["drops"],
+                "rate_bps": round(moved * 8 / span) if span > 0 else None,
+            }
         out.append(
             {
                 "node": p.end.node,
@@ -301,12 +326,10 @@ def _links(rt: NetnsRuntime, plans: list[InterfacePlan]) -> list[dict[str, Any]]
     return out
 
 
-def _live_info(rt: NetnsRuntime, plans: list[InterfacePlan]) -> str:
-    """A one-line view of traffic so far: bytes per class over all downlinks."""
+def _live_info(snap: Snapshot) -> str:
+    """A one-line view of traffic so far: bytes per class over all link directions."""
     totals: dict[str, int] = {}
-    for p in plans:
-        if p.end.direction != "down":
-            continue
-        for name, c in class_counters(rt.ipr(p.end.netns), p).items():
+    for counters in snap[1]:
+        for name, c in counters.items():
             totals[name] = totals.get(name, 0) + c["bytes"]
     return "  ".join(f"{k} {v / 1e6:.1f} MB" for k, v in totals.items())

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from testbed.errors import ScenarioError
-from testbed.shaping.profile import TcProfile, load_profile_data
+from testbed.shaping.profile import Dscp, TcProfile, load_profile_data
 from testbed.units import (
     format_duration,
     format_rate,
@@ -123,7 +123,7 @@ class Topology(BaseModel):
     kind: Literal["single-tor"] = "single-tor"
     hosts: int = Field(ge=2, le=250, description="number of hosts on the switch")
     link_rate: Rate = Field(
-        100_000_000, ge=8_000, le=400_000_000_000, description="rate cap per direction"
+        100_000_000, ge=8_000, le=400_000_000_000, description="rate cap per direction, e.g. 100mbit or 10gbit"
     )
     delay: Duration = Field(0.0, ge=0, le=10, description="one-way delay per direction (netem)")
     jitter: Duration = Field(0.0, ge=0, le=10, description="delay variation (netem)")
@@ -175,11 +175,21 @@ class LinkcheckWorkload(BaseModel):
 
     model_config = _Strict
 
-    pattern: Literal["ring", "single"] = Field(
-        "ring", description="ring: host i sends to host i+1 (all links busy); single: h1 → h2 only"
+    pattern: Literal["ring", "single", "incast", "outcast"] = Field(
+        "ring",
+        description=(
+            "who sends to whom: ring (h_i → h_i+1, every link busy), single (h1 → h2), "
+            "incast (every host → h1: tests the shared downlink), outcast (h1 → every host: "
+            "tests the uplink)"
+        ),
     )
     bulk_classes: list[str] | None = Field(
         None, description="classes that get one bulk flow per pair (default: every class)"
+    )
+    bulk_dscp: list[Dscp] | None = Field(
+        None,
+        description="one bulk flow per pair for each of these DSCP values, instead of bulk_classes "
+        "(e.g. to show that EF and CS1 share one queue under the fifo profile)",
     )
     short: bool = Field(True, description="run short request/response transfers")
     short_class: str | None = Field(
@@ -234,6 +244,11 @@ class Scenario(BaseModel):
                         ("workloads", "linkcheck", "bulk_classes", i),
                         f"{c!r} is not a class of tc profile {self.tc_profile.name!r}; classes: {names}",
                     )
+            if lc.bulk_dscp is not None and lc.bulk_classes is not None:
+                raise _FieldError(
+                    ("workloads", "linkcheck", "bulk_dscp"),
+                    "give bulk_classes or bulk_dscp, not both",
+                )
             if lc.short_class is not None and lc.short_class not in names:
                 raise _FieldError(
                     ("workloads", "linkcheck", "short_class"),

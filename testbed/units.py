@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+_NUMBER = r"(?P<num>[-+]?[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
 _PATTERN = re.compile(rf"^\s*(?P<full>{_NUMBER})\s*(?P<unit>[A-Za-zµ/]*)\s*$")
 
 RATE_UNITS = {
@@ -100,15 +100,18 @@ def parse_percent(text: str | float | int) -> float:
     return value
 
 
-def _trim(x: float) -> str:
-    return f"{x:.6g}"
+def _exact(value: int, scale: int) -> str | None:
+    """`value / scale` with at most three decimals, if that is exact."""
+    if value < scale or (value * 1000) % scale:
+        return None
+    return f"{value / scale:.3f}".rstrip("0").rstrip(".")
 
 
 def format_rate(bits: int) -> str:
     for unit in ("tbit", "gbit", "mbit", "kbit"):
-        scale = RATE_UNITS[unit]
-        if bits >= scale and bits % (scale // 1000 or 1) == 0:
-            return f"{_trim(bits / scale)}{unit}"
+        text = _exact(bits, RATE_UNITS[unit])
+        if text is not None:
+            return f"{text}{unit}"
     return f"{bits}bit"
 
 
@@ -117,12 +120,13 @@ def format_duration(seconds: float) -> str:
         return "0s"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(seconds) >= scale:
-            return f"{_trim(seconds / scale)}{unit}"
-    return f"{_trim(seconds / 1e-9)}ns"
+            return f"{seconds / scale:.6g}{unit}"
+    return f"{seconds / 1e-9:.6g}ns"
 
 
 def format_size(nbytes: int) -> str:
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
-        if nbytes >= scale:
-            return f"{_trim(nbytes / scale)}{unit}"
+    for unit in ("GB", "MB", "KB"):
+        text = _exact(nbytes, SIZE_UNITS[unit.lower()])
+        if text is not None:
+            return f"{text}{unit}"
     return f"{nbytes}B"

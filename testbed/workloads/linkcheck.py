@@ -37,6 +37,10 @@ def pairs(topo: TopologyPlan, pattern: str) -> list[tuple[Host, Host]]:
     hs = topo.hosts
     if pattern == "single":
         return [(hs[0], hs[1])]
+    if pattern == "incast":
+        return [(h, hs[0]) for h in hs[1:]]
+    if pattern == "outcast":
+        return [(hs[0], h) for h in hs[1:]]
     return [(hs[i], hs[(i + 1) % len(hs)]) for i in range(len(hs))]
 
 
@@ -71,9 +75,12 @@ class Linkcheck:
         self.dir = run_dir / "linkcheck"
         self.procs: list[_Proc] = []
         self.pairs = pairs(topo, cfg.pattern)
-        self.bulk_classes = (
-            cfg.bulk_classes if cfg.bulk_classes is not None else s.tc_profile.class_names
-        )
+        prof = s.tc_profile
+        if cfg.bulk_dscp is not None:
+            self.bulk_dscp = list(cfg.bulk_dscp)
+        else:
+            classes = cfg.bulk_classes if cfg.bulk_classes is not None else prof.class_names
+            self.bulk_dscp = [prof.cls(c).mark for c in classes]
         self.short_class = cfg.short_class or s.tc_profile.class_names[0]
         self.start_at = 0.0
         self.duration = 0.0
@@ -123,8 +130,8 @@ class Linkcheck:
                 str(out),
             ]
             for dst in dsts:
-                for c in self.bulk_classes:
-                    argv += ["--bulk", f"{dst.data_ip}:{prof.cls(c).mark}"]
+                for d in self.bulk_dscp:
+                    argv += ["--bulk", f"{dst.data_ip}:{d}"]
             if self.cfg.short:
                 argv += [
                     "--short",
@@ -141,7 +148,7 @@ class Linkcheck:
             )
         log.info(
             "linkcheck: %d bulk flow(s) per pair over %d pair(s), short transfers in %r",
-            len(self.bulk_classes),
+            len(self.bulk_dscp),
             len(self.pairs),
             self.short_class if self.cfg.short else None,
         )
@@ -207,7 +214,9 @@ class Linkcheck:
                         "goodput_bps": goodput_bps(rec["samples"], t_from, t_to),
                     }
                 )
-        flows.sort(key=lambda f: (f["src"], f["dst"], prof.class_names.index(f["class"])))
+        flows.sort(
+            key=lambda f: (f["src"], f["dst"], prof.class_names.index(f["class"]), -f["dscp"])
+        )
         short: list[dict[str, Any]] = []
         for src in sorted({s for s, _ in self.pairs}, key=lambda h: h.index):
             for rec in self._load("client", src)["short"]:
@@ -215,7 +224,7 @@ class Linkcheck:
                 short.append({"src": src.name, "dst": dst.name if dst else rec["dst"], **rec})
         self._write_short_csv(short)
         measured = [r["fct_s"] for r in short if r.get("completed") and r["start"] >= t_from]
-        expected = len(self.bulk_classes) * len(self.pairs)
+        expected = len(self.bulk_dscp) * len(self.pairs)
         if len(flows) < expected:
             log.warning("linkcheck: %d of %d bulk flows reached their server", len(flows), expected)
         return {

@@ -1,0 +1,89 @@
+"""The tc plan is pure data: check it object by object, for each shipped profile."""
+
+import pytest
+
+from testbed.shaping.plan import (
+    DscpFilter,
+    Fifo,
+    Htb,
+    HtbClass,
+    LinkSpec,
+    Netem,
+    burst_bytes,
+    plan_interface,
+)
+from testbed.shaping.profile import TcProfile, load_profile_data
+from testbed.topology import LinkEnd
+
+END = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0")
+
+
+def profile(name):
+    return TcProfile.model_validate(load_profile_data(name, None))
+
+
+def of(plan, kind):
+    return [o for o in plan.objects if isinstance(o, kind)]
+
+
+def test_fifo_plan():
+    p = plan_interface(END, LinkSpec(100_000_000), profile("fifo"), netem_available=False)
+    assert of(p, Htb) == [Htb("1:", 0x10)]
+    cap, be = of(p, HtbClass)
+    assert (cap.handle, cap.parent, cap.rate_bps, cap.ceil_bps) == ("1:1", "1:", 10**8, 10**8)
+    assert (be.handle, be.parent, be.ceil_bps, be.rate_bps) == ("1:10", "1:1", 10**8, 10**8)
+    assert of(p, Fifo) == [Fifo("10:", "1:10", 1000)]
+    assert of(p, DscpFilter) == []  # one class: nothing to classify
+    assert p.classes == {"be": "1:10"}
+    # parents are created before children
+    order = [getattr(o, "handle", None) for o in p.objects]
+    assert order.index("1:") < order.index("1:1") < order.index("1:10") < order.index("10:")
+
+
+def test_thesis_2band_plan():
+    p = plan_interface(END, LinkSpec(10**10), profile("thesis-2band"), netem_available=False)
+    htb = of(p, Htb)[0]
+    assert htb.default_minor == 0x10  # unmatched → high
+    _, high, low = of(p, HtbClass)
+    assert (high.handle, high.prio, low.handle, low.prio) == ("1:10", 0, "1:11", 1)
+    assert high.ceil_bps == low.ceil_bps == 10**10  # either may use the whole link...
+    assert low.rate_bps == 10**8  # ...but the low band is only guaranteed 1%
+    assert of(p, Fifo) == [Fifo("10:", "1:10", 1000), Fifo("11:", "1:11", 1000)]
+    filters = {f.dscp: f for f in of(p, DscpFilter)}
+    assert filters[46].target == "1:10" and filters[46].u32_key == "0xb8/0xfc+1"
+    assert filters[8].target == "1:11" and filters[8].u32_key == "0x20/0xfc+1"
+
+
+def test_queue_limit_overrides_profile():
+    p = plan_interface(END, LinkSpec(10**8, queue_limit=50), profile("thesis-2band"), False)
+    assert {f.limit for f in of(p, Fifo)} == {50}
+
+
+def test_netem_leaves_when_available():
+    spec = LinkSpec(10**9, delay_s=10e-6, jitter_s=2e-6, loss_pct=0.1)
+    p = plan_interface(END, spec, profile("thesis-2band"), netem_available=True)
+    assert of(p, Fifo) == []
+    nets = of(p, Netem)
+    assert [n.parent for n in nets] == ["1:10", "1:11"]
+    assert (nets[0].delay_us, nets[0].jitter_us, nets[0].loss_pct, nets[0].limit) == (
+        10,
+        2,
+        0.1,
+        1000,
+    )
+    assert p.notes == ()
+
+
+def test_missing_netem_is_a_visible_note():
+    p = plan_interface(END, LinkSpec(10**9, delay_s=1e-3), profile("fifo"), netem_available=False)
+    assert of(p, Netem) == [] and len(of(p, Fifo)) == 1
+    assert "no sch_netem" in p.notes[0] and "modprobe sch_netem" in p.notes[0]
+
+
+@pytest.mark.parametrize("rate", [10**7, 10**8, 10**9, 10**10, 4 * 10**10])
+def test_burst_and_quantum_scale_with_rate(rate):
+    p = plan_interface(END, LinkSpec(rate), profile("fifo"), False)
+    cap = of(p, HtbClass)[0]
+    assert cap.burst == burst_bytes(rate) >= 2 * 1514
+    assert cap.burst >= rate / 8 / 1000 - 1  # at least 1 ms of traffic
+    assert 1514 <= cap.quantum <= 200_000
