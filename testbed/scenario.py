@@ -123,7 +123,10 @@ class Topology(BaseModel):
     kind: Literal["single-tor"] = "single-tor"
     hosts: int = Field(ge=2, le=250, description="number of hosts on the switch")
     link_rate: Rate = Field(
-        100_000_000, ge=8_000, le=400_000_000_000, description="rate cap per direction, e.g. 100mbit or 10gbit"
+        100_000_000,
+        ge=8_000,
+        le=400_000_000_000,
+        description="rate cap per direction, e.g. 100mbit or 10gbit",
     )
     delay: Duration = Field(0.0, ge=0, le=10, description="one-way delay per direction (netem)")
     jitter: Duration = Field(0.0, ge=0, le=10, description="delay variation (netem)")

@@ -1,0 +1,67 @@
+"""Helpers for tests that build real networks. Every test checks that it left nothing behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from testbed.orchestrator import run
+from testbed.runtime.netns import NETNS_DIR
+from testbed.scenario import load_scenario_data
+from testbed.state import STATE_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def present_objects() -> set[str]:
+    """Everything on this machine that looks like a testbed object."""
+    found = set()
+    if NETNS_DIR.is_dir():
+        found |= {f"netns:{p.name}" for p in NETNS_DIR.iterdir() if p.name.startswith("tb-")}
+    found |= {
+        f"link:{p.name}"
+        for p in Path("/sys/class/net").iterdir()
+        if re.match(r"^tb[0-9a-f]{6}", p.name)
+    }
+    if STATE_DIR.is_dir():
+        found |= {f"state:{p.name}" for p in STATE_DIR.glob("*.json")}
+    return found
+
+
+def run_scenario(tmp_path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    s = load_scenario_data({"name": "itest", **data}, "test")
+    return run(s, out=tmp_path / "run").summary
+
+
+def link(summary: dict[str, Any], node: str, direction: str) -> dict[str, Any]:
+    return next(x for x in summary["links"] if x["node"] == node and x["direction"] == direction)
+
+
+def flows(summary: dict[str, Any], **match: Any) -> list[dict[str, Any]]:
+    return [f for f in summary["linkcheck"]["bulk"] if all(f[k] == v for k, v in match.items())]
+
+
+def run_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "testbed.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=kw.pop("timeout", 120),
+        **kw,
+    )
+
+
+def spawn_up(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "up", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )

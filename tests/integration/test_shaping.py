@@ -1,0 +1,148 @@
+"""Rates, directions, priority and classification, measured on real traffic."""
+
+import pytest
+
+from .helpers import flows, link, run_scenario
+
+FRAME_PAYLOAD = 1448 / 1514  # TCP payload share of a full frame: the most goodput a cap allows
+
+
+@pytest.mark.parametrize("rate", [10_000_000, 100_000_000])
+def test_capped_link_measures_the_cap(tmp_path, rate):
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate},
+            "tc_profile": "fifo",
+            "workloads": {"linkcheck": {"pattern": "single", "short": False}},
+        },
+    )
+    assert s["status"] == "ok"
+    wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
+    assert wire == pytest.approx(rate, rel=0.05), f"uplink carried {wire / 1e6:.2f} Mbit/s"
+    (flow,) = flows(s, src="h1", dst="h2")
+    ratio = flow["goodput_bps"] / rate
+    assert 0.90 <= ratio <= FRAME_PAYLOAD * 1.01, f"goodput {ratio:.3f} of the cap"
+
+
+def test_uplink_is_shaped(tmp_path):
+    """h1 sends to two hosts at once: only h1's uplink can hold the sum to one link rate."""
+    rate = 50_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "5s",
+            "topology": {"hosts": 3, "link_rate": rate},
+            "workloads": {"linkcheck": {"pattern": "outcast", "short": False}},
+        },
+    )
+    total = sum(f["goodput_bps"] for f in flows(s, src="h1"))
+    assert 0.88 * rate <= total <= rate
+    assert link(s, "h1", "up")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
+
+
+def test_downlink_is_shaped(tmp_path):
+    """Two hosts send to h1: each uplink allows a full link, only h1's downlink (the switch
+    port where they meet) can hold the sum to one link rate."""
+    rate = 50_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "5s",
+            "topology": {"hosts": 3, "link_rate": rate},
+            "workloads": {"linkcheck": {"pattern": "incast", "short": False}},
+        },
+    )
+    total = sum(f["goodput_bps"] for f in flows(s, dst="h1"))
+    assert 0.88 * rate <= total <= rate
+    assert link(s, "h1", "down")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
+    for sender in ("h2", "h3"):
+        assert link(s, sender, "up")["classes"]["be"]["rate_bps"] < 0.65 * rate
+
+
+def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
+    rate = 50_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate},
+            "tc_profile": "thesis-2band",
+            "workloads": {
+                "linkcheck": {"pattern": "single", "bulk_classes": ["high", "low"], "short": False}
+            },
+        },
+    )
+    (high,) = flows(s, **{"class": "high"})
+    (low,) = flows(s, **{"class": "low"})
+    assert high["goodput_bps"] >= 0.90 * rate, f"high got {high['goodput_bps'] / rate:.1%}"
+    assert low["goodput_bps"] <= 0.05 * rate, f"low got {low['goodput_bps'] / rate:.1%}"
+    up = link(s, "h1", "up")["classes"]
+    assert up["high"]["rate_bps"] >= 0.90 * rate
+    assert up["low"]["bytes"] > 0  # backlogged, not dead: it keeps its guaranteed share
+
+
+def test_fifo_gives_no_priority(tmp_path):
+    """The same EF and CS1 flows under the fifo profile share the link."""
+    rate = 50_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate},
+            "tc_profile": "fifo",
+            "workloads": {
+                "linkcheck": {"pattern": "single", "bulk_dscp": ["EF", "CS1"], "short": False}
+            },
+        },
+    )
+    (ef,) = flows(s, dscp=46)
+    (cs1,) = flows(s, dscp=8)
+    assert ef["goodput_bps"] < 0.75 * rate
+    assert cs1["goodput_bps"] > 0.20 * rate
+
+
+@pytest.mark.parametrize(("bulk", "other"), [("low", "high"), ("high", "low")])
+def test_dscp_lands_in_its_class(tmp_path, bulk, other):
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "4s",
+            "topology": {"hosts": 3, "link_rate": "20mbit"},
+            "tc_profile": "thesis-2band",
+            "workloads": {"linkcheck": {"pattern": "ring", "bulk_classes": [bulk], "short": False}},
+        },
+    )
+    for entry in s["links"]:
+        c = entry["classes"]
+        total = c[bulk]["bytes"] + c[other]["bytes"]
+        assert c[bulk]["bytes"] > 1_000_000, entry  # data one way, ACKs the other: both marked
+        assert c[bulk]["bytes"] / total > 0.97, entry
+
+
+def test_short_transfers_in_high_class_bypass_a_backlogged_low_class(tmp_path):
+    rate = 20_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "5s",
+            "topology": {"hosts": 2, "link_rate": rate},
+            "tc_profile": "thesis-2band",
+            "workloads": {
+                "linkcheck": {
+                    "pattern": "single",
+                    "bulk_classes": ["low"],
+                    "short_class": "high",
+                    "short_size": "10KB",
+                    "short_interval": "100ms",
+                }
+            },
+        },
+    )
+    sh = s["linkcheck"]["short"]
+    assert sh["completed"] == sh["started"] >= 30
+    # 10 KB at 20 Mbit/s is 4 ms on the wire; behind a full 1000-packet low FIFO it would be ~600 ms
+    assert sh["fct_s"]["p50"] < 0.05
+    down = link(s, "h1", "down")["classes"]  # responses flow h2 → h1
+    assert down["high"]["bytes"] >= sh["completed"] * 10_000
