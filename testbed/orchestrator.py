@@ -172,6 +172,7 @@ def run(
             state.set_phase("tearing down")
             t0 = time.monotonic()
             problems = teardown(state)
+            t_teardown = time.monotonic() - t0
             if problems:
                 for p in problems:
                     log.error("teardown: %s", p)
@@ -179,7 +180,7 @@ def run(
                 state.remove()
             log.info(
                 "teardown took %.2f s%s",
-                time.monotonic() - t0,
+                t_teardown,
                 "" if not problems else " (incomplete)",
             )
     summary = result.summary or {
@@ -188,7 +189,7 @@ def run(
         "runtime": s.runtime,
         "duration_s": s.duration,
     }
-    summary.update(status=status, error=error, warnings=warnings)
+    summary.update(status=status, error=error, warnings=warnings, teardown_s=round(t_teardown, 3))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     logging.getLogger("testbed").removeHandler(handler)
     handler.close()
