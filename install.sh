@@ -12,7 +12,7 @@ fi
 
 PYTHON=${PYTHON:-python3}
 # binary → Debian package that provides it
-declare -A NEED=([ip]=iproute2 [nsenter]=util-linux [setpriv]=util-linux)
+declare -A NEED=([ip]=iproute2 [nsenter]=util-linux [ping]=iputils-ping)
 missing=()
 for bin in "${!NEED[@]}"; do
   command -v "$bin" >/dev/null 2>&1 || missing+=("${NEED[$bin]}")
