@@ -9,7 +9,8 @@
   setup_s/teardown_s build + shape, and teardown, for 8 and 64 hosts
 
 Run as root: `.venv/bin/python benchmarks/shaping.py [--quick]`. If Mininet's `mn` is
-installed, its build + teardown time for the same host counts is printed for comparison.
+installed (apt-get install mininet bridge-utils), its build + teardown time for the same host
+counts is measured too, since this machine's speed varies from hour to hour.
 """
 
 from __future__ import annotations
@@ -138,16 +139,18 @@ def main() -> int:
         idle = short_fct(profile, False, "100mbit", d)
         busy = short_fct(profile, True, "100mbit", d)
         iso[profile] = busy / idle
-    setup, teardown = {}, {}
+    setup, teardown, mn = {}, {}, {}
     for n in (8, 64):
         setup[str(n)], teardown[str(n)] = setup_teardown(n)
-        mininet(n)
+        mn[str(n)] = mininet(n)
     result = {
         "goodput_ratio": {k: round(v, 4) for k, v in ratios.items()},
         "priority_isolation": round(iso["thesis-2band"], 3),
         "fifo_isolation": round(iso["fifo"], 3),
         "setup_s": {k: round(v, 3) for k, v in setup.items()},
         "teardown_s": {k: round(v, 3) for k, v in teardown.items()},
+        # Mininet (--switch lxbr --link tc,bw=100) build + teardown on this machine, if installed
+        "mininet_s": {k: None if v is None else round(v, 3) for k, v in mn.items()},
     }
     print(json.dumps(result))
     return 0
