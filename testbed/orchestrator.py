@@ -7,6 +7,7 @@ with SIGKILL leaves its state file; `testbed down` finishes the job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -26,7 +27,7 @@ from testbed.shaping.apply import apply_plan
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.shaping.stats import class_counters
 from testbed.state import RunState, all_states
-from testbed.topology import names_for, new_run_id, single_tor, valid_run_id
+from testbed.topology import TopologyPlan, names_for, new_run_id, single_tor, valid_run_id
 from testbed.workloads.linkcheck import Linkcheck
 
 log = logging.getLogger("testbed")
@@ -39,6 +40,17 @@ class Interrupted(BaseException):
     def __init__(self, signame: str) -> None:
         super().__init__(signame)
         self.signame = signame
+
+
+class Workload(Protocol):
+    """What the orchestrator needs of a workload controller."""
+
+    name: str
+
+    def start(self, start_at: float, duration: float) -> None: ...
+    def check(self) -> None: ...  # raise RunFailure if a process died before its time
+    def collect(self) -> dict[str, Any]: ...  # after the run: stop, merge records, summarise
+    def stop(self) -> None: ...  # idempotent; on any exit path
 
 
 class UI(Protocol):
@@ -214,6 +226,7 @@ def _live(
 ) -> dict[str, Any]:
     topo = single_tor(s, run_id)
     rt = NetnsRuntime(topo, state)
+    workloads: list[Workload] = []
     try:
         ui.phase(f"building {len(topo.hosts)} hosts")
         state.set_phase("building")
@@ -247,9 +260,7 @@ def _live(
             t_shape,
         )
 
-        workloads = []
-        if s.workloads.linkcheck is not None:
-            workloads.append(Linkcheck(s.workloads.linkcheck, s, topo, rt, run_dir))
+        workloads = make_workloads(s, topo, rt, run_dir)
         state.set_phase("running")
         start_at = time.time() + 1.0  # let every process start, then begin together
         for w in workloads:
@@ -269,7 +280,9 @@ def _live(
         ui.running(s.duration, s.duration, "")
 
         ui.phase("collecting")
-        sections = {w.name: w.collect() for w in workloads}
+        sections = {}
+        for w in workloads:
+            sections[w.name] = w.collect()
         links = _links(plans, _snapshot(rt, plans), window_start or window_end, window_end)
         return {
             "scenario": s.name,
@@ -287,7 +300,27 @@ def _live(
             **sections,
         }
     finally:
+        for w in workloads:
+            with contextlib.suppress(Exception):
+                w.stop()
         rt.close()
+
+
+def make_workloads(
+    s: Scenario, topo: TopologyPlan, rt: NetnsRuntime, run_dir: Path
+) -> list[Workload]:
+    from testbed.workloads.horovod import HorovodJob
+    from testbed.workloads.websearch import Websearch
+
+    out: list[Workload] = []
+    wl = s.workloads
+    if wl.linkcheck is not None:
+        out.append(Linkcheck(wl.linkcheck, s, topo, rt, run_dir))
+    if wl.horovod is not None:
+        out.append(HorovodJob(wl.horovod, s, topo, rt, run_dir))
+    if wl.websearch is not None:
+        out.append(Websearch(wl.websearch, s, topo, rt, run_dir))
+    return out
 
 
 Snapshot = tuple[float, list[dict[str, dict[str, int]]]]  # (time, counters per plan)

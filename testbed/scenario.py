@@ -206,10 +206,98 @@ class LinkcheckWorkload(BaseModel):
     port: int = Field(5201, ge=1024, le=65535)
 
 
+class _Placed(BaseModel):
+    """Common to workloads that run on a set of hosts and mark their packets."""
+
+    model_config = _Strict
+
+    hosts: list[str] | None = Field(None, description="hosts that take part (default: all)")
+    tc_class: str | None = Field(
+        None, description="traffic class to mark the packets for (its first DSCP); or give dscp"
+    )
+    dscp: Dscp | None = Field(
+        None, description="DSCP to mark the packets with, instead of tc_class"
+    )
+    warmup: Duration = Field(
+        2.0, ge=0, description="left out of the statistics (kept in raw records)"
+    )
+    cooldown: Duration = Field(
+        2.0, ge=0, description="left out of the statistics (kept in raw records)"
+    )
+
+
+class HorovodWorkload(_Placed):
+    """A ring-allreduce job: one Horovod worker (Gloo) per host."""
+
+    mode: Literal["synthetic", "real"] = Field(
+        "synthetic",
+        description="synthetic: real gradients of a real model's layer sizes, compute emulated per "
+        "layer; real: trains a small torch model",
+    )
+    model: Literal["resnet50"] = Field("resnet50", description="layer sizes (synthetic mode)")
+    profile: str | None = Field(
+        None,
+        description="a layer trace in the seed-002 shape (id name forward backward comm size) "
+        "instead of model; path relative to the scenario",
+    )
+    profile_time_unit: Literal["ns", "us", "ms", "s"] = "us"
+    model_size: Size | None = Field(None, gt=0, description="scale the layer sizes to this total")
+    compute_time: Duration | None = Field(
+        None, gt=0, description="compute per iteration (forward + backward); default 900ms"
+    )
+    compute_to_network_ratio: float | None = Field(
+        None,
+        gt=0,
+        description="R_cp_to_nw = iteration compute time · link rate / (2(1-1/N) · model size · 8); "
+        "sets compute_time",
+    )
+    barrier: bool = Field(
+        True, description="forward waits for all reduced gradients (else for each layer's own)"
+    )
+    fusion_threshold: Size = Field(5_333_329, ge=0, description="Horovod tensor fusion buffer")
+    cycle_time: Duration = Field(0.001, gt=0, description="Horovod background cycle time")
+    iterations: int | None = Field(
+        None, ge=1, description="stop after this many (default: run for the duration)"
+    )
+    device: Literal["cpu", "cuda"] = "cpu"
+    batch_size: int = Field(16, ge=1, description="real mode: samples per step")
+
+    # derived when the scenario is resolved (shown in the run folder's scenario.yaml)
+    model_bytes: int | None = None
+    bytes_per_iteration: int | None = None
+
+
+SIZE_CDFS = ("websearch", "datamining")
+
+
+class WebsearchWorkload(_Placed):
+    """Latency-critical background flows: a new TCP connection per flow, Poisson arrivals."""
+
+    sizes: str = Field(
+        "websearch",
+        description="flow size CDF: websearch (DCTCP/pFabric), datamining, or a CSV file of "
+        "'bytes,cdf' rows (path relative to the scenario)",
+    )
+    arrival_rate: float | None = Field(
+        None, gt=0, description="flows per second over the whole network"
+    )
+    utilization: Percent | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="U = arrival_rate · mean flow size · 8 / link rate; sets arrival_rate",
+    )
+    port: int = Field(5301, ge=1024, le=65535)
+
+    mean_flow_size: float | None = None  # derived
+
+
 class Workloads(BaseModel):
     model_config = _Strict
 
     linkcheck: LinkcheckWorkload | None = None
+    horovod: HorovodWorkload | None = None
+    websearch: WebsearchWorkload | None = None
 
 
 class Scenario(BaseModel):
@@ -258,6 +346,39 @@ class Scenario(BaseModel):
                     f"{lc.short_class!r} is not a class of tc profile {self.tc_profile.name!r}; "
                     f"classes: {names}",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _workloads(self, info: ValidationInfo) -> Scenario:
+        from testbed.workloads import derive
+
+        base = (info.context or {}).get("base_dir") if info is not None else None
+        host_names = [f"h{i}" for i in range(1, self.topology.hosts + 1)]
+        classes = self.tc_profile.class_names
+        for key in ("horovod", "websearch"):
+            w = getattr(self.workloads, key)
+            if w is None:
+                continue
+            for i, h in enumerate(w.hosts or []):
+                if h not in host_names:
+                    raise _FieldError(
+                        ("workloads", key, "hosts", i),
+                        f"{h!r} is not a host; hosts are h1 … h{len(host_names)}",
+                    )
+            if w.hosts is not None and len(set(w.hosts)) < 2:
+                raise _FieldError(("workloads", key, "hosts"), "needs at least two distinct hosts")
+            if w.tc_class is not None and w.dscp is not None:
+                raise _FieldError(("workloads", key, "dscp"), "give tc_class or dscp, not both")
+            if w.tc_class is not None and w.tc_class not in classes:
+                raise _FieldError(
+                    ("workloads", key, "tc_class"),
+                    f"{w.tc_class!r} is not a class of tc profile {self.tc_profile.name!r}; classes: {classes}",
+                )
+            try:
+                derive.resolve(self, key, w, base)
+            except ValueError as e:
+                loc, _, msg = str(e).partition(": ")
+                raise _FieldError(("workloads", key, loc), msg) from None
         return self
 
     def with_overrides(self, duration: float | None = None, seed: int | None = None) -> Scenario:

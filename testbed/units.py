@@ -100,11 +100,11 @@ def parse_percent(text: str | float | int) -> float:
     return value
 
 
-def _exact(value: int, scale: int) -> str | None:
-    """`value / scale` with at most three decimals, if that is exact."""
-    if value < scale or (value * 1000) % scale:
+def _exact(value: int, scale: int, decimals: int = 3) -> str | None:
+    """`value / scale` with at most `decimals` decimals, if that is exact."""
+    if value < scale or (value * 10**decimals) % scale:
         return None
-    return f"{value / scale:.3f}".rstrip("0").rstrip(".")
+    return f"{value / scale:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def format_rate(bits: int) -> str:
@@ -126,7 +126,7 @@ def format_duration(seconds: float) -> str:
 
 def format_size(nbytes: int) -> str:
     for unit in ("GB", "MB", "KB"):
-        text = _exact(nbytes, SIZE_UNITS[unit.lower()])
+        text = _exact(nbytes, SIZE_UNITS[unit.lower()], decimals=2)
         if text is not None:
             return f"{text}{unit}"
     return f"{nbytes}B"

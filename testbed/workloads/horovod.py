@@ -1,0 +1,266 @@
+"""Controller for the Horovod job: launches one worker per host without SSH or horovodrun.
+
+- Rendezvous: Horovod's own RendezvousHTTPServer, started here and bound to the management
+  bridge's address (horovodrun's binds every address), so workers reach it over the unshaped
+  management path and only ring traffic crosses the shaped links.
+- Environment: what horovod.runner.gloo_run gives each slot (rank, size, local/cross ranks,
+  Gloo rendezvous, HOROVOD_GLOO_IFACE=eth0).
+- Hostname: each worker gets its own UTS namespace with hostname = its data IP; otherwise
+  one Gloo context falls back to gethostname() → 127.0.0.1 (shared/reference, checked).
+- DSCP: Gloo never sets IP_TOS, so an iptables rule in each worker's namespace marks packets
+  leaving eth0 from sockets owned by the worker's group. The worker runs with that group
+  (setpriv), load generators on the same host do not, so only training traffic is marked,
+  in both directions of every ring connection (each end marks what it sends).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import EnvironmentProblem, RunFailure
+from testbed.metrics import describe
+from testbed.runtime.netns import NETNS_DIR, NetnsRuntime
+from testbed.scenario import HorovodWorkload, Scenario
+from testbed.topology import Host, TopologyPlan
+from testbed.workloads import derive
+from testbed.workloads.horovod_worker import FIELDS
+
+log = logging.getLogger(__name__)
+WORKER_GID = 64242  # the group whose sockets get Horovod's DSCP
+
+
+def selected_hosts(topo: TopologyPlan, names: list[str] | None) -> list[Host]:
+    return [topo.host(n) for n in names] if names else list(topo.hosts)
+
+
+def mark_group(ns: str, ifname: str, gid: int, dscp: int) -> None:
+    """iptables is the one tool with an owner match and a DSCP target that every kernel
+    here supports; pyroute2's nftables API cannot express them. The rule lives in the node's
+    own namespace and goes with it."""
+    cmd = [
+        "nsenter",
+        f"--net={NETNS_DIR / ns}",
+        "--",
+        "iptables",
+        "-w",
+        "-t",
+        "mangle",
+        "-A",
+        "OUTPUT",
+        "-o",
+        ifname,
+        "-m",
+        "owner",
+        "--gid-owner",
+        str(gid),
+        "-j",
+        "DSCP",
+        "--set-dscp",
+        str(dscp),
+    ]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except FileNotFoundError:
+        raise EnvironmentProblem(
+            "iptables is missing; install it (apt-get install iptables)"
+        ) from None
+    if r.returncode != 0:
+        raise EnvironmentProblem(
+            f"cannot mark Horovod traffic in {ns}: iptables said {r.stderr.strip()!r} "
+            "(the kernel needs xt_owner and xt_DSCP)"
+        )
+
+
+class Rendezvous:
+    """Horovod's rendezvous KV store, on one address of our choosing."""
+
+    def __init__(self, address: str, hosts: list[Host]) -> None:
+        try:
+            from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+            from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+        except ImportError as e:
+            raise EnvironmentProblem(
+                f"Horovod is not installed ({e}); run install.sh, which builds it once"
+            ) from None
+        self.httpd = RendezvousHTTPServer((address, 0), RendezvousHandler, 0)
+        self.port = self.httpd.server_address[1]
+        spec = ",".join(f"{h.data_ip}:1" for h in hosts)
+        self.slots = get_host_assignments(parse_hosts(spec), len(hosts))
+        self.httpd.init(self.slots)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+class HorovodJob:
+    name = "horovod"
+
+    def __init__(
+        self, cfg: HorovodWorkload, s: Scenario, topo: TopologyPlan, rt: NetnsRuntime, run_dir: Path
+    ) -> None:
+        self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
+        self.run_dir = run_dir
+        self.dir = run_dir / "horovod"
+        self.hosts = selected_hosts(topo, cfg.hosts)
+        self.dscp = cfg.dscp if cfg.dscp is not None else s.tc_profile.cls(cfg.tc_class or "").mark
+        self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
+        self.rdv: Rendezvous | None = None
+        self.start_at = 0.0
+        self.duration = 0.0
+
+    def _config(self) -> dict[str, Any]:
+        cfg = self.cfg
+        layers = derive.layers_for(cfg) if cfg.mode == "synthetic" else []
+        return {
+            "mode": cfg.mode,
+            "layers": [[x.name, x.params, x.forward_s, x.backward_s] for x in layers],
+            "barrier": cfg.barrier,
+            "iterations": cfg.iterations,
+            "device": cfg.device,
+            "batch_size": cfg.batch_size,
+            "seed": self.s.seed,
+        }
+
+    def start(self, start_at: float, duration: float) -> None:
+        self.start_at, self.duration = start_at, duration
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = self.dir / "worker-config.json"
+        config.write_text(json.dumps(self._config()))
+        for h in self.hosts:
+            mark_group(h.netns, h.data_if, WORKER_GID, self.dscp)
+        self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), self.hosts)
+        base_env = {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(self.topo.mgmt_bridge_ip),
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.rdv.port),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_IFACE": "eth0",
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "HOROVOD_FUSION_THRESHOLD": str(self.cfg.fusion_threshold),
+            "HOROVOD_CYCLE_TIME": f"{self.cfg.cycle_time * 1e3:g}",
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        by_host = {slot.hostname: slot for slot in self.rdv.slots}
+        for h in self.hosts:
+            slot = by_host[str(h.data_ip)]
+            env = {
+                **base_env,
+                "HOROVOD_HOSTNAME": slot.hostname,
+                "HOROVOD_RANK": str(slot.rank),
+                "HOROVOD_SIZE": str(slot.size),
+                "HOROVOD_LOCAL_RANK": str(slot.local_rank),
+                "HOROVOD_LOCAL_SIZE": str(slot.local_size),
+                "HOROVOD_CROSS_RANK": str(slot.cross_rank),
+                "HOROVOD_CROSS_SIZE": str(slot.cross_size),
+            }
+            argv = [
+                "unshare",
+                "--uts",
+                "--",
+                "setpriv",
+                f"--regid={WORKER_GID}",
+                "--clear-groups",
+                "--",
+                sys.executable,
+                "-m",
+                "testbed.workloads.horovod_worker",
+                "--config",
+                str(config),
+                "--out",
+                str(self.dir / f"iterations-{h.name}.csv"),
+                "--worker",
+                h.name,
+                "--hostname",
+                str(h.data_ip),
+            ]
+            self.procs.append(
+                (h, self.rt.spawn(h.netns, argv, self.dir / f"worker-{h.name}.log", env))
+            )
+        log.info(
+            "horovod: %d %s workers, DSCP %d (%s), compute %.0f ms/iteration, R_cp_to_nw %.2f",
+            len(self.hosts),
+            self.cfg.mode,
+            self.dscp,
+            self.s.tc_profile.class_of(self.dscp),
+            (self.cfg.compute_time or 0) * 1e3,
+            self.cfg.compute_to_network_ratio or 0,
+        )
+
+    def check(self) -> None:
+        for h, p in self.procs:
+            rc = p.poll()
+            if rc is not None and (rc != 0 or self.cfg.iterations is None):
+                raise RunFailure(
+                    f"horovod worker on {h.name} exited with code {rc}; see {self.dir / f'worker-{h.name}.log'}"
+                )
+
+    def stop(self) -> None:
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 5
+        for _, p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self.rdv is not None:
+            self.rdv.stop()
+            self.rdv = None
+
+    def collect(self) -> dict[str, Any]:
+        self.check()
+        self.stop()
+        return self.summarize()
+
+    def records(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for h in self.hosts:
+            path = self.dir / f"iterations-{h.name}.csv"
+            if path.is_file():
+                with open(path, newline="") as f:
+                    rows.extend(csv.DictReader(f))
+        return rows
+
+    def summarize(self) -> dict[str, Any]:
+        rows = self.records()
+        with open(self.run_dir / "iterations.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS)
+            w.writeheader()
+            w.writerows(sorted(rows, key=lambda r: (int(r["iteration"]), int(r["rank"]))))
+        lo = self.start_at + self.cfg.warmup
+        hi = self.start_at + self.duration - self.cfg.cooldown
+        inside = [r for r in rows if lo <= float(r["start"]) and float(r["end"]) <= hi]
+        per_worker = {h.name: sum(1 for r in rows if r["worker"] == h.name) for h in self.hosts}
+        stat = describe([float(r["duration_s"]) for r in inside])
+        return {
+            "workers": len(self.hosts),
+            "iterations": min(per_worker.values()) if per_worker else 0,
+            "iterations_per_worker": per_worker,
+            "iterations_measured": len(inside) // max(1, len(self.hosts)),
+            "iteration_time_s": {k: stat[k] for k in ("mean", "p50", "p99")},
+            "compute_time_s": self.cfg.compute_time if self.cfg.mode == "synthetic" else None,
+            "compute_s_mean": _mean([float(r["compute_s"]) for r in inside]),
+            "wait_s_mean": _mean([float(r["wait_s"]) for r in inside]),
+            "dscp": self.dscp,
+            "class": self.s.tc_profile.class_of(self.dscp),
+            "mode": self.cfg.mode,
+        }
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None

@@ -1,0 +1,128 @@
+"""Layer profiles for the synthetic Horovod worker: gradient bytes and compute time per layer.
+
+ResNet-50's sizes are derived from the architecture (He et al. 2016, torchvision's layout:
+bottleneck blocks [3, 4, 6, 3], expansion 4), not copied from a table; a test checks the total
+against torchvision's well-known 25,557,032 parameters. A "layer" is one convolution together
+with its batch norm, or the final fully connected layer: what a backward pass produces as one
+unit. Profiles in the seed-002 trace shape (id, name, forward, backward, comm, gradient bytes
+per row) can be loaded instead.
+
+Compute time per layer follows the thesis: forward:backward = 1:2; forward time falls with
+the layer index and backward time rises with it, each an arithmetic progression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+BYTES_PER_PARAM = 4  # float32 gradients
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    params: int  # gradient elements (float32)
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        return self.params * BYTES_PER_PARAM
+
+
+def resnet50_layers() -> list[Layer]:
+    """(name, parameter count) per conv+bn / fc layer of ResNet-50, input to output."""
+    layers: list[Layer] = []
+
+    def conv(name: str, cin: int, cout: int, k: int) -> None:
+        # conv weight (no bias) + batch-norm weight and bias
+        layers.append(Layer(name, cin * cout * k * k + 2 * cout))
+
+    conv("conv1", 3, 64, 7)
+    cin = 64
+    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512), strict=True), 1):
+        for b in range(blocks):
+            pre = f"layer{stage}.{b}"
+            conv(f"{pre}.conv1", cin, width, 1)
+            conv(f"{pre}.conv2", width, width, 3)
+            conv(f"{pre}.conv3", width, width * 4, 1)
+            if b == 0:
+                conv(f"{pre}.downsample", cin, width * 4, 1)
+            cin = width * 4
+    layers.append(Layer("fc", 2048 * 1000 + 1000))
+    return layers
+
+
+MODELS = {"resnet50": resnet50_layers}
+
+
+def scale_to(layers: list[Layer], model_bytes: int) -> list[Layer]:
+    """Scale every layer's size by one factor so the model totals `model_bytes`; the
+    distribution over layers (which decides fusion and overlap) is kept."""
+    total = sum(layer.nbytes for layer in layers)
+    f = model_bytes / total
+    return [Layer(x.name, max(1, round(x.params * f)), x.forward_s, x.backward_s) for x in layers]
+
+
+def with_compute(layers: list[Layer], compute_s: float) -> list[Layer]:
+    """Spread `compute_s` per iteration over the layers: forward 1/3, backward 2/3; forward
+    time falls linearly with the layer index, backward time rises linearly."""
+    n = len(layers)
+    tri = n * (n + 1) / 2
+    fwd, bwd = compute_s / 3, 2 * compute_s / 3
+    return [
+        Layer(x.name, x.params, fwd * (n - i) / tri, bwd * (i + 1) / tri)
+        for i, x in enumerate(layers)
+    ]
+
+
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def load_trace(path: Path, time_unit: str = "us") -> list[Layer]:
+    """A seed-002 style trace: `Id Name Forward Backward Comm Size` rows (spaces, tabs or
+    commas; a header line and # comments are skipped). Layers with a size of 0 have compute
+    only; their time is folded into the next layer that has a gradient."""
+    scale = TIME_UNITS[time_unit]
+    layers: list[Layer] = []
+    carry_f = carry_b = 0.0
+    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].replace(",", " ").strip()
+        if not line:
+            continue
+        cols = line.split()
+        if not cols[0].lstrip("-").isdigit():
+            continue  # header
+        if len(cols) < 6:
+            raise ValueError(
+                f"{path}:{lineno}: expected 6 columns (id name forward backward comm size)"
+            )
+        try:
+            fwd, bwd, size = float(cols[2]) * scale, float(cols[3]) * scale, int(float(cols[5]))
+        except ValueError:
+            raise ValueError(
+                f"{path}:{lineno}: forward, backward and size must be numbers"
+            ) from None
+        if size <= 0:
+            carry_f += fwd
+            carry_b += bwd
+            continue
+        layers.append(Layer(cols[1], max(1, size // BYTES_PER_PARAM), fwd + carry_f, bwd + carry_b))
+        carry_f = carry_b = 0.0
+    if not layers:
+        raise ValueError(f"{path}: no layer with a gradient")
+    if carry_f or carry_b:  # trailing compute-only layers (loss): count them on the last layer
+        last = layers[-1]
+        layers[-1] = Layer(
+            last.name, last.params, last.forward_s + carry_f, last.backward_s + carry_b
+        )
+    return layers
+
+
+def total_bytes(layers: list[Layer]) -> int:
+    return sum(x.nbytes for x in layers)
+
+
+def total_compute(layers: list[Layer]) -> float:
+    return sum(x.forward_s + x.backward_s for x in layers)

@@ -1,0 +1,172 @@
+"""Controller for the web-search load: one generator (server + Poisson client) per host; flows
+merged into flows.csv and summarised by pFabric size class."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import RunFailure
+from testbed.metrics import describe
+from testbed.runtime.netns import NetnsRuntime
+from testbed.scenario import Scenario, WebsearchWorkload
+from testbed.topology import Host, TopologyPlan
+from testbed.workloads import flowsizes
+from testbed.workloads.horovod import selected_hosts
+from testbed.workloads.websearch_node import FIELDS
+
+log = logging.getLogger(__name__)
+SMALL, LARGE = 100_000, 10_000_000  # pFabric: small < 100 KB, large > 10 MB
+
+
+def size_class(nbytes: int) -> str:
+    return "small" if nbytes < SMALL else "large" if nbytes > LARGE else "medium"
+
+
+def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    done = [r for r in rows if r["completed"] == "True"]
+    out = {}
+    for cls in ("small", "medium", "large", "all"):
+        xs = [
+            float(r["fct_s"])
+            for r in done
+            if cls == "all" or size_class(int(r["size_bytes"])) == cls
+        ]
+        d = describe(xs)
+        out[cls] = {k: d[k] for k in ("count", "mean", "p50", "p99")}
+    return out
+
+
+class Websearch:
+    name = "websearch"
+
+    def __init__(
+        self,
+        cfg: WebsearchWorkload,
+        s: Scenario,
+        topo: TopologyPlan,
+        rt: NetnsRuntime,
+        run_dir: Path,
+    ) -> None:
+        self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
+        self.run_dir = run_dir
+        self.dir = run_dir / "websearch"
+        self.hosts = selected_hosts(topo, cfg.hosts)
+        self.dscp = cfg.dscp if cfg.dscp is not None else s.tc_profile.cls(cfg.tc_class or "").mark
+        self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
+        self.start_at = 0.0
+        self.duration = 0.0
+
+    def start(self, start_at: float, duration: float) -> None:
+        self.start_at, self.duration = start_at, duration
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cdf, _ = flowsizes.resolve(self.cfg.sizes, None)
+        rate = self.cfg.arrival_rate or 0.0
+        config = self.dir / "generator-config.json"
+        config.write_text(json.dumps({
+            "cdf": [list(p) for p in cdf],
+            "peers": {h.name: str(h.data_ip) for h in self.hosts},
+            "rate_per_host": rate / len(self.hosts),
+            "dscp": self.dscp,
+            "port": self.cfg.port,
+            "seed": self.s.seed,
+        }))  # fmt: skip
+        for h in self.hosts:
+            argv = [
+                sys.executable,
+                "-m",
+                "testbed.workloads.websearch_node",
+                "--host",
+                h.name,
+                "--bind",
+                str(h.data_ip),
+                "--config",
+                str(config),
+                "--start-at",
+                f"{start_at:.6f}",
+                "--duration",
+                f"{duration:.3f}",
+                "--out",
+                str(self.dir / f"flows-{h.name}.csv"),
+            ]
+            self.procs.append(
+                (h, self.rt.spawn(h.netns, argv, self.dir / f"generator-{h.name}.log"))
+            )
+        log.info(
+            "websearch: %d hosts, %.2f flows/s in total (utilisation %.1f%%), mean flow %.0f B, DSCP %d (%s)",
+            len(self.hosts),
+            rate,
+            self.cfg.utilization or 0,
+            self.cfg.mean_flow_size or 0,
+            self.dscp,
+            self.s.tc_profile.class_of(self.dscp),
+        )
+
+    def check(self) -> None:
+        for h, p in self.procs:
+            rc = p.poll()
+            if rc is not None and (rc != 0 or time.time() < self.start_at + self.duration - 0.5):
+                raise RunFailure(
+                    f"websearch generator on {h.name} exited with code {rc}; "
+                    f"see {self.dir / f'generator-{h.name}.log'}"
+                )
+
+    def stop(self) -> None:
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for _, p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def collect(self) -> dict[str, Any]:
+        deadline = time.monotonic() + 15
+        while any(p.poll() is None for _, p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for h, p in self.procs:
+            if p.poll() not in (None, 0):
+                raise RunFailure(f"websearch generator on {h.name} exited with code {p.returncode}")
+        self.stop()
+        return self.summarize()
+
+    def records(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for h in self.hosts:
+            path = self.dir / f"flows-{h.name}.csv"
+            if path.is_file():
+                with open(path, newline="") as f:
+                    rows.extend(csv.DictReader(f))
+        return rows
+
+    def summarize(self) -> dict[str, Any]:
+        rows = sorted(self.records(), key=lambda r: float(r["start"]))
+        with open(self.run_dir / "flows.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+        lo = self.start_at + self.cfg.warmup
+        hi = self.start_at + self.duration - self.cfg.cooldown
+        window = [r for r in rows if lo <= float(r["start"]) < hi]
+        span = max(1e-9, hi - lo)
+        return {
+            "hosts": len(self.hosts),
+            "flows_started": len(rows),
+            "flows_completed": sum(1 for r in rows if r["completed"] == "True"),
+            "flows_measured": len(window),
+            "incomplete_in_window": sum(1 for r in window if r["completed"] != "True"),
+            "arrival_rate": {"configured": self.cfg.arrival_rate, "achieved": len(window) / span},
+            "utilization_pct": self.cfg.utilization,
+            "mean_flow_size": self.cfg.mean_flow_size,
+            "fct_s": fct_stats(window),
+            "dscp": self.dscp,
+            "class": self.s.tc_profile.class_of(self.dscp),
+        }

@@ -1,0 +1,197 @@
+"""The web-search load generator that runs *inside* a node: a server, and a client that opens a
+new TCP connection per flow to a uniformly random other host at Poisson arrival times. Stdlib
+only (asyncio), so it starts fast.
+
+A flow: the client connects (marked with the scenario's DSCP), sends the 8-byte size it
+wants, the server (marking its socket the same way) sends that many bytes and closes. FCT =
+connect start → last byte received at the client. Every flow is appended to a CSV when it
+ends; flows still running when the run ends are written with completed = false.
+
+The random streams are seeded from (seed, host), so the same seed gives the same flows (ids,
+sizes, destinations, arrival times) on every run: runs can be compared flow by flow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import random
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.workloads.flowsizes import sample
+
+HEADER = struct.Struct("!Q")
+CHUNK = 64 * 1024
+FIELDS = [
+    "id",
+    "src",
+    "dst",
+    "size_bytes",
+    "start",
+    "end",
+    "fct_s",
+    "dscp",
+    "completed",
+    "bytes_received",
+]
+
+
+def _mark(sock: socket.socket, dscp: int) -> None:
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+
+
+async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dscp: int) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        _mark(sock, dscp)
+    try:
+        (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+        payload = b"\0" * CHUNK
+        left = size
+        while left > 0:
+            n = min(left, CHUNK)
+            writer.write(payload[:n])
+            left -= n
+            await writer.drain()
+        await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+
+
+class Generator:
+    def __init__(self, args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+        self.args = args
+        self.cdf = [(float(x), float(p)) for x, p in cfg["cdf"]]
+        self.peers: dict[str, str] = {k: v for k, v in cfg["peers"].items() if k != args.host}
+        self.rate: float = cfg["rate_per_host"]
+        self.dscp: int = cfg["dscp"]
+        self.port: int = cfg["port"]
+        self.rng = random.Random(f"{cfg['seed']}/{args.host}")
+        self.out = open(args.out, "w", newline="")  # noqa: SIM115 - lives as long as the process
+        self.csv = csv.writer(self.out)
+        self.csv.writerow(FIELDS)
+        self.running: dict[str, dict[str, Any]] = {}
+
+    def record(self, rec: dict[str, Any]) -> None:
+        end = rec.get("end")
+        self.csv.writerow([
+            rec["id"], self.args.host, rec["dst"], rec["size"], f"{rec['start']:.6f}",
+            f"{end:.6f}" if end else "", f"{end - rec['start']:.6f}" if end else "",
+            self.dscp, rec["completed"], rec["received"],
+        ])  # fmt: skip
+        self.out.flush()
+
+    async def flow(self, rec: dict[str, Any]) -> None:
+        self.running[rec["id"]] = rec
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        writer = None
+        try:
+            _mark(sock, self.dscp)
+            sock.bind((self.args.bind, 0))
+            sock.setblocking(False)
+            await loop.sock_connect(sock, (self.peers[rec["dst"]], self.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(HEADER.pack(rec["size"]))
+            await writer.drain()
+            while rec["received"] < rec["size"]:
+                data = await reader.read(CHUNK)
+                if not data:
+                    break
+                rec["received"] += len(data)
+            rec["end"] = time.time()
+            rec["completed"] = rec["received"] == rec["size"]
+        except OSError as e:
+            rec["error"] = str(e)
+        finally:
+            if writer is not None:
+                writer.close()
+            else:
+                sock.close()
+            if rec.get("end") or "error" in rec:
+                self.running.pop(rec["id"], None)
+                self.record(rec)
+
+    async def run(self) -> None:
+        args = self.args
+        names = sorted(self.peers)
+        t = args.start_at
+        until = args.start_at + args.duration
+        tasks: set[asyncio.Task[None]] = set()
+        seq = 0
+        while True:
+            # one fixed order of draws per flow keeps the streams identical across runs
+            t += self.rng.expovariate(self.rate)
+            size = sample(self.cdf, self.rng)
+            dst = names[self.rng.randrange(len(names))]
+            if t >= until:
+                break
+            delay = t - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rec = {
+                "id": f"{args.host}-{seq:06d}",
+                "dst": dst,
+                "size": size,
+                "start": time.time(),
+                "scheduled": t,
+                "received": 0,
+                "completed": False,
+            }
+            seq += 1
+            task = asyncio.create_task(self.flow(rec))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        delay = until - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for rec in list(self.running.values()):  # still running at the end: completed = false
+            self.record(rec)
+        self.running.clear()
+        self.out.close()
+
+
+async def amain(args: argparse.Namespace) -> int:
+    cfg = json.loads(Path(args.config).read_text())
+    server = await asyncio.start_server(
+        lambda r, w: _serve_one(r, w, cfg["dscp"]), host=args.bind, port=cfg["port"], backlog=1024
+    )
+    print(
+        f"websearch {args.host}: serving on {args.bind}:{cfg['port']}, "
+        f"{cfg['rate_per_host']:.3f} flows/s out",
+        flush=True,
+    )
+    gen = Generator(args, cfg)
+    delay = args.start_at - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    await gen.run()
+    server.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="websearch_node")
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--bind", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--start-at", type=float, required=True)
+    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    return asyncio.run(amain(ap.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Layer profiles, flow-size CDFs and the thesis' derived quantities: pure functions."""
+
+import itertools
+import random
+from pathlib import Path
+
+import pytest
+
+from testbed.errors import ScenarioError
+from testbed.scenario import load_scenario, load_scenario_data
+from testbed.workloads import flowsizes, models
+from testbed.workloads.derive import layers_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_resnet50_is_derived_from_the_architecture():
+    layers = models.resnet50_layers()
+    assert sum(x.params for x in layers) == 25_557_032  # torchvision's resnet50()
+    assert len(layers) == 54  # 53 conv+bn, 1 fc
+    # the thesis' observation: the last layers hold most parameters
+    last30 = sum(x.params for x in layers[-30:])
+    assert last30 / sum(x.params for x in layers) > 0.8
+
+
+def test_scaling_keeps_distribution_and_total():
+    layers = models.resnet50_layers()
+    scaled = models.scale_to(layers, 100_000_000)
+    assert models.total_bytes(scaled) == pytest.approx(100_000_000, rel=1e-5)
+    assert scaled[-1].params / scaled[0].params == pytest.approx(
+        layers[-1].params / layers[0].params, rel=1e-3
+    )
+
+
+def test_compute_progressions():
+    layers = models.with_compute(models.resnet50_layers(), 0.9)
+    fwd = [x.forward_s for x in layers]
+    bwd = [x.backward_s for x in layers]
+    assert sum(fwd) == pytest.approx(0.3) and sum(bwd) == pytest.approx(0.6)  # 1 : 2
+    assert all(a > b for a, b in itertools.pairwise(fwd))  # forward falls with the index
+    assert all(a < b for a, b in itertools.pairwise(bwd))  # backward rises
+    steps = {round(a - b, 12) for a, b in itertools.pairwise(fwd)}
+    assert len(steps) == 1  # arithmetic
+
+
+def test_trace_in_seed_002_shape():
+    layers = models.load_trace(ROOT / "examples/profiles/alexnet-k80.txt", "us")
+    assert [x.name for x in layers] == [
+        "conv1",
+        "conv2",
+        "conv3",
+        "conv4",
+        "conv5",
+        "fc6",
+        "fc7",
+        "fc8",
+    ]
+    assert layers[5].nbytes == 151_011_328
+    # compute-only layers (data, relu, pool, loss) are folded into gradient layers
+    assert models.total_compute(layers) == pytest.approx(
+        (1.2e6 + 3.27e6 + 17234.5 + 32175.7 + 3.14e6 + 11507.5 + 19831.2 + 3.886e6 + 4770.3 + 1.87e6 + 4760.26
+         + 1.13e6 + 3201.22 + 5812 + 44689.7 + 295.168 + 359.744 + 19787.8 + 295.04 + 358.048 + 8033.12 + 1723.49
+         + 288202 + 27650.9 + 60732.6 + 1.03216e6 + 18422.5 + 32459 + 791825 + 10996.3 + 510405 + 7872.45
+         + 306129 + 4939.42 + 18666.2 + 73935 + 1092.83 + 131247 + 34423.8 + 451.904 + 317.312 + 9922.72
+         + 293.024) * 1e-6, rel=1e-9)  # fmt: skip
+
+
+def test_trace_errors(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_text("0 a 1 2\n")
+    with pytest.raises(ValueError, match="6 columns"):
+        models.load_trace(p)
+
+
+def test_websearch_cdf_mean_matches_thesis():
+    assert flowsizes.mean(flowsizes.WEBSEARCH) == pytest.approx(1.7e6, rel=0.02)
+
+
+@pytest.mark.parametrize("name", ["websearch", "datamining"])
+def test_sampling_follows_the_cdf(name):
+    cdf = flowsizes.BUILTIN[name]
+    rng = random.Random(7)
+    xs = sorted(flowsizes.sample(cdf, rng) for _ in range(20000))
+    ks = max(max(abs(flowsizes.cdf_at(cdf, x) - i / len(xs)), abs(flowsizes.cdf_at(cdf, x) - (i + 1) / len(xs)))
+             for i, x in enumerate(xs))  # fmt: skip
+    assert ks < 0.02
+
+
+def test_csv_cdf(tmp_path):
+    p = tmp_path / "c.csv"
+    p.write_text("bytes,cdf\n1000,0\n2000,0.5\n3000,1\n")
+    assert flowsizes.mean(flowsizes.load_csv(p)) == pytest.approx(2000)
+    p.write_text("1000,0\n500,1\n")
+    with pytest.raises(ValueError, match="must not decrease"):
+        flowsizes.load_csv(p)
+
+
+def scenario(**wl):
+    return load_scenario_data(
+        {
+            "name": "t",
+            "topology": {"hosts": 4, "link_rate": "100mbit"},
+            "tc_profile": "thesis-2band",
+            "workloads": wl,
+        },
+        "s.yaml",
+    )
+
+
+def test_ratio_derives_compute_time():
+    h = scenario(horovod={"model_size": "1MB", "compute_to_network_ratio": 4}).workloads.horovod
+    assert h.bytes_per_iteration == 1_500_000  # 2 (1 - 1/4) · 1 MB
+    assert h.compute_time == pytest.approx(4 * 1_500_000 * 8 / 100e6)  # 0.48 s
+    assert h.tc_class == "high"  # the profile's default class when none is named
+
+
+def test_compute_time_derives_ratio():
+    h = scenario(horovod={"compute_time": "900ms"}).workloads.horovod
+    assert h.model_bytes == 25_557_032 * 4
+    assert h.compute_to_network_ratio == pytest.approx(0.9 * 100e6 / (1.5 * 25_557_032 * 4 * 8))
+
+
+def test_utilization_derives_arrival_rate():
+    w = scenario(websearch={"utilization": "12.5%"}).workloads.websearch
+    assert w.arrival_rate == pytest.approx(
+        0.125 * 100e6 / (flowsizes.mean(flowsizes.WEBSEARCH) * 8)
+    )
+    assert w.tc_class == "high"
+
+
+def test_layers_for_synthetic_job():
+    h = scenario(horovod={"model_size": "1MB", "compute_time": "600ms"}).workloads.horovod
+    layers = layers_for(h)
+    assert models.total_bytes(layers) == pytest.approx(1e6, rel=1e-3)
+    assert models.total_compute(layers) == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    ("wl", "expected"),
+    [
+        ({"websearch": {}}, "workloads.websearch.arrival_rate: set arrival_rate"),
+        (
+            {"websearch": {"utilization": "10%", "arrival_rate": 99}},
+            "give arrival_rate or utilization",
+        ),
+        ({"horovod": {"compute_time": "1s", "compute_to_network_ratio": 2}}, "not both"),
+        ({"horovod": {"hosts": ["h1", "h9"]}}, "workloads.horovod.hosts[1]: 'h9' is not a host"),
+        ({"horovod": {"hosts": ["h1"]}}, "workloads.horovod.hosts: needs at least two"),
+        ({"horovod": {"tc_class": "gold"}}, "workloads.horovod.tc_class: 'gold' is not a class"),
+        ({"horovod": {"profile": "nope.txt"}}, "workloads.horovod.profile: no such file"),
+        (
+            {"websearch": {"sizes": "cat", "arrival_rate": 1}},
+            "workloads.websearch.sizes: 'cat' is neither",
+        ),
+    ],
+)
+def test_workload_errors(wl, expected):
+    with pytest.raises(ScenarioError) as e:
+        scenario(**wl)
+    assert expected in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["thesis-mini", "thesis-mini-same"])
+def test_thesis_mini_examples(name):
+    s = load_scenario(ROOT / "examples" / f"{name}.yaml")
+    h, w = s.workloads.horovod, s.workloads.websearch
+    assert s.topology.hosts == 4 and s.topology.link_rate == 100_000_000 and s.duration == 60
+    assert h.compute_to_network_ratio == 4 and w.utilization == 12.5
+    assert (h.tc_class, w.tc_class) == (
+        ("low", "high") if name == "thesis-mini" else ("high", "high")
+    )
