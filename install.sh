@@ -53,7 +53,7 @@ if ! .venv/bin/python -c "import horovod.torch, sys; sys.exit(horovod.__version_
   pyver=$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
   cache="${TESTBED_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/testbed/wheels}/torch-$TORCH_VERSION-$pyver"
   wheel=$(ls "$cache"/horovod-$HOROVOD_VERSION-*.whl 2>/dev/null | head -n1 || true)
-  .venv/bin/python -m pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging cffi
+  .venv/bin/python -m pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging cffi numpy
   if [ -z "$wheel" ]; then
     echo "== building Horovod $HOROVOD_VERSION (Gloo, PyTorch; no MPI): about 10 minutes on 2 cores, once"
     src=$(mktemp -d)

@@ -31,7 +31,7 @@ def require_binaries() -> None:
 
 
 def kernel_capabilities(s: Scenario) -> tuple[Capabilities, list[str]]:
-    """Probe the kernel; raise on a missing required feature, return warnings for optional ones."""
+    """Probe the kernel; raise on a missing required feature."""
     caps = probe()
     missing = caps.missing_required()
     if missing:
@@ -40,13 +40,8 @@ def kernel_capabilities(s: Scenario) -> tuple[Capabilities, list[str]]:
             + ", ".join(f"{m} ({HOW[m]})" for m in missing)
             + "; testbed cannot shape links without it"
         )
-    warnings = []
-    t = s.topology
-    if (t.delay or t.jitter or t.loss) and not caps.has("netem"):
-        warnings.append(
-            f"topology asks for delay/jitter/loss but the kernel has no netem ({HOW['netem']}); "
-            "the run goes on without them"
-        )
+    # Missing optional features (netem) are reported by the shaping plan, once per run.
+    warnings: list[str] = []
     return caps, warnings
 
 

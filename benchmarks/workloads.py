@@ -1,0 +1,110 @@
+"""Workload fidelity: does the emulated training take the time it should, and does the load
+generator produce the traffic it was asked for? Prints what it measures and ends with one
+JSON line:
+
+  compute_bound_error   |mean iteration time - configured compute| / configured, on a fast link
+  network_bound_error   |mean iteration time - predicted| / predicted, on a slow link; predicted
+                        by testbed.workloads.predict (ring allreduce 2(1-1/N)·S/B_eff per layer,
+                        in the order backward makes gradients ready, B_eff = TCP goodput)
+  arrival_rate_error    |achieved - configured| / configured arrival rate at 184 flows/s,
+                        the thesis' highest rate
+  flow_size_ks          Kolmogorov–Smirnov distance between the drawn flow sizes and the CDF
+  iterations            iterations measured in the two Horovod runs together
+
+Run as root: `.venv/bin/python benchmarks/workloads.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from testbed.orchestrator import run
+from testbed.scenario import load_scenario_data
+from testbed.workloads import flowsizes, predict
+from testbed.workloads.derive import layers_for
+
+
+def run_one(data: dict[str, Any], keep: str | None = None) -> tuple[dict[str, Any], Path | None]:
+    s = load_scenario_data({"name": "bench", **data}, "benchmark")
+    d = Path(tempfile.mkdtemp(prefix="tb-bench-"))
+    summary = run(s, out=d / "run").summary
+    return summary, (d / "run" if keep else None)
+
+
+def horovod(
+    rate: str, compute: str, model_size: str, duration: str
+) -> tuple[float, float, int, Any]:
+    data = {
+        "duration": duration,
+        "topology": {"hosts": 2, "link_rate": rate},
+        "workloads": {
+            "horovod": {"model_size": model_size, "compute_time": compute, "barrier": True}
+        },
+    }
+    s, _ = run_one(data)
+    h = s["horovod"]
+    scen = load_scenario_data({"name": "bench", **data}, "benchmark")
+    return h["iteration_time_s"]["mean"], h["compute_time_s"], h["iterations_measured"], scen
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    d = "15s" if args.quick else "30s"
+
+    mean, compute, n1, _ = horovod("1gbit", "400ms", "1MB", d)
+    e1 = abs(mean - compute) / compute
+    print(
+        f"compute-bound (2 workers, 1 MB, 1 Gbit/s): mean iteration {mean * 1e3:.1f} ms, "
+        f"compute {compute * 1e3:.0f} ms, error {e1:.3f} ({n1} iterations)"
+    )
+
+    mean, compute, n2, scen = horovod("10mbit", "200ms", "1MB", d)
+    w = scen.workloads.horovod
+    pred = predict.iteration_time(layers_for(w), 2, scen.topology.link_rate, barrier=True)
+    e2 = abs(mean - pred) / pred
+    print(
+        f"network-bound (2 workers, 1 MB, 10 Mbit/s): mean iteration {mean * 1e3:.1f} ms, "
+        f"predicted {pred * 1e3:.1f} ms, error {e2:.3f} ({n2} iterations)"
+    )
+
+    rate = 184.0
+    s, folder = run_one({
+        "duration": "12s" if args.quick else "20s",
+        "topology": {"hosts": 8, "link_rate": "1gbit"},
+        "workloads": {"websearch": {"arrival_rate": rate}},
+    }, keep="yes")  # fmt: skip
+    ws = s["websearch"]
+    achieved = ws["arrival_rate"]["achieved"]
+    e3 = abs(achieved - rate) / rate
+    assert folder is not None
+    with open(folder / "flows.csv", newline="") as f:
+        sizes = sorted(int(r["size_bytes"]) for r in csv.DictReader(f))
+    cdf = flowsizes.WEBSEARCH
+    n = len(sizes)
+    ks = max(max(abs(flowsizes.cdf_at(cdf, x) - i / n), abs(flowsizes.cdf_at(cdf, x) - (i + 1) / n))
+             for i, x in enumerate(sizes))  # fmt: skip
+    print(
+        f"web-search at {rate:.0f} flows/s over 8 hosts (1 Gbit/s): achieved {achieved:.1f} flows/s "
+        f"(error {e3:.3f}), {ws['flows_completed']}/{ws['flows_started']} flows completed; "
+        f"KS distance of {n} sizes to the CDF {ks:.4f}"
+    )
+    print(json.dumps({
+        "compute_bound_error": round(e1, 4),
+        "network_bound_error": round(e2, 4),
+        "arrival_rate_error": round(e3, 4),
+        "flow_size_ks": round(ks, 4),
+        "iterations": n1 + n2,
+    }))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
