@@ -1,0 +1,167 @@
+"""Horovod and web-search traffic in real namespaces: iterations, FCTs, DSCP classes, failures."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.runtime.netns import pids_in
+
+from .helpers import ROOT, run_cli, run_scenario, spawn_up
+from .test_lifecycle import wait_running
+
+pytest.importorskip("horovod.torch", reason="Horovod is installed by install.sh")
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def uplink_bytes(summary, cls: str) -> int:
+    return sum(x["classes"][cls]["bytes"] for x in summary["links"] if x["direction"] == "up")
+
+
+def test_synthetic_job_tracks_the_configured_compute_time(tmp_path):
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "12s",
+            "topology": {"hosts": 3, "link_rate": "1gbit"},
+            "workloads": {"horovod": {"model_size": "1MB", "compute_time": "300ms"}},
+        },
+    )
+    h = s["horovod"]
+    assert s["status"] == "ok" and h["workers"] == 3
+    assert h["iterations_measured"] >= 15
+    assert h["iteration_time_s"]["mean"] == pytest.approx(0.3, rel=0.15)
+    it = rows(tmp_path / "run" / "iterations.csv")
+    assert {r["worker"] for r in it} == {"h1", "h2", "h3"}
+    assert len(it) == sum(h["iterations_per_worker"].values())
+
+
+def test_real_mode_trains_a_few_steps(tmp_path):
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "20s",
+            "topology": {"hosts": 2, "link_rate": "100mbit"},
+            "workloads": {"horovod": {"mode": "real", "iterations": 3, "batch_size": 8}},
+        },
+    )
+    assert s["horovod"]["iterations_per_worker"] == {"h1": 3, "h2": 3}
+    assert uplink_bytes(s, "be") > 2 * 3 * 4 * 20_000  # 3 allreduces of ~21k float32 parameters
+
+
+def test_load_generator_covers_all_size_classes_with_plausible_fcts(tmp_path):
+    cdf = tmp_path / "sizes.csv"
+    cdf.write_text(
+        "bytes,cdf\n10000,0\n50000,0.4\n200000,0.4\n1000000,0.8\n12000000,0.8\n14000000,1\n"
+    )
+    rate = 100_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "14s",
+            "topology": {"hosts": 3, "link_rate": rate},
+            "workloads": {
+                "websearch": {
+                    "sizes": str(cdf),
+                    "arrival_rate": 2.5,
+                    "warmup": "1s",
+                    "cooldown": "1s",
+                }
+            },
+        },
+    )
+    w = s["websearch"]
+    for cls in ("small", "medium", "large"):
+        assert w["fct_s"][cls]["count"] > 0, cls
+    flows = rows(tmp_path / "run" / "flows.csv")
+    assert len(flows) == w["flows_started"]
+    assert {"id", "src", "dst", "size_bytes", "start", "end", "fct_s", "dscp", "completed"} <= set(
+        flows[0]
+    )
+    large = [f for f in flows if f["completed"] == "True" and int(f["size_bytes"]) > 10_000_000]
+    assert large
+    for f in large:  # a large flow at 100 Mbit/s takes about size × 8 / rate, never less
+        ideal = int(f["size_bytes"]) * 8 / rate
+        assert ideal < float(f["fct_s"]) < 4 * ideal, f
+    assert all(f["src"] != f["dst"] for f in flows)
+
+
+def test_each_workload_lands_in_its_class(tmp_path):
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "12s",
+            "topology": {"hosts": 3, "link_rate": "100mbit"},
+            "tc_profile": "thesis-2band",
+            "workloads": {
+                "horovod": {"model_size": "1MB", "compute_time": "300ms", "tc_class": "low"},
+                "websearch": {"arrival_rate": 3, "tc_class": "high"},
+            },
+        },
+    )
+    h, w = s["horovod"], s["websearch"]
+    assert (h["class"], w["class"]) == ("low", "high")
+    horovod_bytes = (
+        h["iterations"] * 2 * (1 - 1 / 3) * 1_000_000 * 3
+    )  # every worker sends this per iteration
+    web_bytes = sum(int(f["bytes_received"]) for f in rows(tmp_path / "run" / "flows.csv"))
+    assert web_bytes > 1_000_000
+    assert horovod_bytes <= uplink_bytes(s, "low") < 1.3 * horovod_bytes
+    assert web_bytes <= uplink_bytes(s, "high") < 1.3 * web_bytes + 1_000_000
+
+
+def test_killed_worker_ends_the_run_with_records_kept(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "name: k\nduration: 120s\ntopology: {hosts: 3, link_rate: 1gbit}\n"
+        "workloads: {horovod: {model_size: 1MB, compute_time: 200ms}}\n"
+    )
+    run_id, out = "de4d02", tmp_path / "run"
+    proc = spawn_up(str(p), "--out", str(out), "--run-id", run_id)
+    try:
+        st = wait_running(run_id, proc)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not (
+            (out / "horovod" / "iterations-h2.csv").is_file()
+            and len(rows(out / "horovod" / "iterations-h2.csv")) >= 3
+        ):
+            time.sleep(0.5)
+        for pid in pids_in([f"tb-{run_id}-h2"]):
+            os.kill(pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "horovod worker on h2" in err and "Traceback" not in err
+    assert not any(Path("/run/netns", n).exists() for n in st.namespaces())
+    assert len(rows(out / "horovod" / "iterations-h1.csv")) >= 3  # records kept
+    assert json.loads((out / "summary.json").read_text())["status"] == "failed"
+
+
+def test_thesis_mini_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    r = run_cli("up", str(ROOT / "examples" / "thesis-mini.yaml"), "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((out / "summary.json").read_text())
+    h, w = s["horovod"], s["websearch"]
+    assert h["workers"] == 4 and h["class"] == "low" and w["class"] == "high"
+    assert h["iterations"] >= 40
+    assert 0.48 <= h["iteration_time_s"]["mean"] < 3 * 0.48
+    assert {"mean", "p50", "p99"} <= set(h["iteration_time_s"])
+    assert w["flows_started"] >= 20 and w["flows_completed"] >= 0.9 * w["flows_started"]
+    assert set(w["fct_s"]) == {"small", "medium", "large", "all"}
+    assert set(w["fct_s"]["all"]) == {"count", "mean", "p50", "p99"}
+    assert len(rows(out / "iterations.csv")) >= 4 * 40
+    assert len(rows(out / "flows.csv")) == w["flows_started"]
+    assert "compute_time: 480ms" in (out / "scenario.yaml").read_text()  # derived value shown
