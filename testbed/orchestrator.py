@@ -92,14 +92,32 @@ def check_run_id(run_id: str) -> None:
         )
 
 
+class StopFlag:
+    """SIGINT/SIGTERM only set a flag; the run raises Interrupted at its next checkpoint.
+
+    Raising from the handler itself could land inside pyroute2's asyncio event loop in the
+    middle of a netlink call, and teardown's own netlink calls could then hang on the
+    broken loop. Checkpoints sit between phases and on every tick of the running phase, so a
+    stop takes effect within about half a second once the network is up."""
+
+    def __init__(self) -> None:
+        self.signame: str | None = None
+
+    def check(self) -> None:
+        if self.signame is not None:
+            raise Interrupted(self.signame)
+
+
 @contextmanager
-def _signals_raise() -> Iterator[None]:
+def _signals_flag() -> Iterator[StopFlag]:
+    flag = StopFlag()
+
     def handler(signum: int, _frame: object) -> None:
-        raise Interrupted(signal.Signals(signum).name)
+        flag.signame = signal.Signals(signum).name
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield flag
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -167,8 +185,8 @@ def run(
     log.info("run %s of scenario %s → %s", run_id, s.name, run_dir)
     status, error = "ok", None
     try:
-        with _signals_raise():
-            result.summary = _live(s, run_id, run_dir, state, caps.has("netem"), ui, warnings)
+        with _signals_flag() as stop:
+            result.summary = _live(s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop)
     except Interrupted as e:
         status, error = "interrupted", f"stopped by {e.signame}"
         log.warning("run %s: %s; tearing down", run_id, error)
@@ -223,6 +241,7 @@ def _live(
     netem: bool,
     ui: UI,
     warnings: list[str],
+    stop: StopFlag,
 ) -> dict[str, Any]:
     topo = single_tor(s, run_id)
     rt = NetnsRuntime(topo, state)
@@ -233,6 +252,7 @@ def _live(
         t0 = time.monotonic()
         rt.build()
         t_build = time.monotonic() - t0
+        stop.check()
 
         ui.phase("shaping links")
         t = s.topology
@@ -248,6 +268,7 @@ def _live(
         for p in plans:
             apply_plan(rt.ipr(p.end.netns), p)
         t_shape = time.monotonic() - t0
+        stop.check()
         for note in sorted({n for p in plans for n in p.notes}):
             if note not in warnings:
                 warnings.append(note)
@@ -261,14 +282,17 @@ def _live(
         )
 
         workloads = make_workloads(s, topo, rt, run_dir)
-        state.set_phase("running")
+        state.set_phase("starting workloads")
         start_at = time.time() + 1.0  # let every process start, then begin together
         for w in workloads:
             w.start(start_at, s.duration)
+            stop.check()
+        state.set_phase("running")  # every workload process exists from here on
         ui.phase("running")
         t_end = start_at + s.duration
         window_start: Snapshot | None = None
         while (now := time.time()) < t_end:
+            stop.check()
             for w in workloads:
                 w.check()
             snap = _snapshot(rt, plans)
@@ -279,6 +303,7 @@ def _live(
         window_end = _snapshot(rt, plans)
         ui.running(s.duration, s.duration, "")
 
+        stop.check()
         ui.phase("collecting")
         sections = {}
         for w in workloads:

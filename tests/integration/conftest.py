@@ -1,6 +1,10 @@
-"""Every integration test checks that it left nothing behind."""
+"""Every integration test checks that it left nothing behind, and cleans up if it did, so one
+failure cannot cascade into the tests after it."""
 
 import pytest
+
+from testbed.runtime.netns import teardown
+from testbed.state import all_states
 
 from .helpers import present_objects
 
@@ -8,6 +12,12 @@ from .helpers import present_objects
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
     before = present_objects()
+    known = {st.run_id for st in all_states()}
     yield
     after = present_objects()
+    if after - before:
+        for st in all_states():
+            if st.run_id not in known:
+                teardown(st)
+                st.remove()
     assert after <= before, f"left behind: {sorted(after - before)}"

@@ -76,7 +76,7 @@ def test_kill9_then_down_leaves_nothing(tmp_path):
         st = wait_running(run_id, proc)
         namespaces = st.namespaces()
         assert len(namespaces) == 4 and all(Path("/run/netns", n).exists() for n in namespaces)
-        assert pids_in(namespaces), "workloads should be running inside the namespaces"
+        assert pids_in(namespaces), "the workloads run inside the namespaces"
 
         # while it is live: status shows it, the same names and the same prefix are refused,
         # and a plain `down` leaves it alone
