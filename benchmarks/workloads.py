@@ -74,7 +74,7 @@ def main() -> int:
     pred = predict.iteration_time(layers_for(w), 2, scen.topology.link_rate, barrier=True)
     e2 = abs(mean - pred) / pred
     print(
-        f"network-bound (2 workers, 1 MB, 10 Mbit/s): mean iteration {mean * 1e3:.1f} ms, "
+        f"network-bound (2 workers, 10 MB, 100 Mbit/s): mean iteration {mean * 1e3:.1f} ms, "
         f"predicted {pred * 1e3:.1f} ms, error {e2:.3f} ({n2} iterations)"
     )
 
