@@ -21,7 +21,6 @@ import logging
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from testbed.scenario import HorovodWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import derive
 from testbed.workloads.horovod_worker import FIELDS
+from testbed.workloads.procs import read_csvs, stop_all
 
 log = logging.getLogger(__name__)
 WORKER_GID = 64242  # the group whose sockets get Horovod's DSCP
@@ -208,16 +208,7 @@ class HorovodJob:
                 )
 
     def stop(self) -> None:
-        for _, p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        deadline = time.monotonic() + 5
-        for _, p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(p for _, p in self.procs)
         if self.rdv is not None:
             self.rdv.stop()
             self.rdv = None
@@ -228,13 +219,7 @@ class HorovodJob:
         return self.summarize()
 
     def records(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for h in self.hosts:
-            path = self.dir / f"iterations-{h.name}.csv"
-            if path.is_file():
-                with open(path, newline="") as f:
-                    rows.extend(csv.DictReader(f))
-        return rows
+        return read_csvs(self.dir / f"iterations-{h.name}.csv" for h in self.hosts)
 
     def summarize(self) -> dict[str, Any]:
         rows = self.records()

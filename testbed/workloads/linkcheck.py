@@ -20,6 +20,7 @@ from testbed.metrics import describe
 from testbed.runtime.netns import NetnsRuntime
 from testbed.scenario import LinkcheckWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
+from testbed.workloads.procs import stop_all
 
 log = logging.getLogger(__name__)
 NODE_PROGRAM = [sys.executable, "-m", "testbed.workloads.linkcheck_node"]
@@ -167,16 +168,7 @@ class Linkcheck:
         return all(p.popen.poll() is not None for p in self.procs if p.role == "client")
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.popen.poll() is None:
-                p.popen.terminate()
-        deadline = time.monotonic() + 5
-        for p in self.procs:
-            try:
-                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait()
+        stop_all(p.popen for p in self.procs)
 
     def collect(self) -> dict[str, Any]:
         """Wait for the clients, stop the servers, and summarise."""

@@ -19,6 +19,7 @@ from testbed.scenario import Scenario, WebsearchWorkload
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import flowsizes
 from testbed.workloads.horovod import selected_hosts
+from testbed.workloads.procs import read_csvs, stop_all
 from testbed.workloads.websearch_node import FIELDS
 
 log = logging.getLogger(__name__)
@@ -118,15 +119,7 @@ class Websearch:
                 )
 
     def stop(self) -> None:
-        for _, p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for _, p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(p for _, p in self.procs)
 
     def collect(self) -> dict[str, Any]:
         deadline = time.monotonic() + 15
@@ -139,13 +132,7 @@ class Websearch:
         return self.summarize()
 
     def records(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for h in self.hosts:
-            path = self.dir / f"flows-{h.name}.csv"
-            if path.is_file():
-                with open(path, newline="") as f:
-                    rows.extend(csv.DictReader(f))
-        return rows
+        return read_csvs(self.dir / f"flows-{h.name}.csv" for h in self.hosts)
 
     def summarize(self) -> dict[str, Any]:
         rows = sorted(self.records(), key=lambda r: float(r["start"]))
