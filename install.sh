@@ -13,7 +13,7 @@ fi
 PYTHON=${PYTHON:-python3}
 # binary → Debian package that provides it
 declare -A NEED=([ip]=iproute2 [nsenter]=util-linux [unshare]=util-linux [ping]=iputils-ping
-  [iptables]=iptables [cmake]=cmake [g++]=g++ [make]=make)
+  [iptables]=iptables [cmake]=cmake [g++]=g++ [make]=make [prometheus]=prometheus [promtool]=prometheus)
 missing=()
 for bin in "${!NEED[@]}"; do
   command -v "$bin" >/dev/null 2>&1 || missing+=("${NEED[$bin]}")

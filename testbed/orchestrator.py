@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from testbed import preflight
 from testbed.errors import RunFailure, ScenarioError, TestbedError
+from testbed.metrics.session import MetricsSession
 from testbed.runtime.netns import NETNS_DIR, NetnsRuntime, teardown
 from testbed.scenario import Scenario, dump_scenario
 from testbed.shaping.apply import apply_plan
@@ -47,7 +48,9 @@ class Workload(Protocol):
 
     name: str
 
+    def targets(self) -> list[str]: ...  # its exporters' management addresses (ADDR:PORT)
     def start(self, start_at: float, duration: float) -> None: ...
+    def finish(self) -> None: ...  # the run is over: start no new work, keep exporters up
     def check(self) -> None: ...  # raise RunFailure if a process died before its time
     def collect(self) -> dict[str, Any]: ...  # after the run: stop, merge records, summarise
     def stop(self) -> None: ...  # idempotent; on any exit path
@@ -246,6 +249,7 @@ def _live(
     topo = single_tor(s, run_id)
     rt = NetnsRuntime(topo, state)
     workloads: list[Workload] = []
+    metrics: MetricsSession | None = None
     try:
         ui.phase(f"building {len(topo.hosts)} hosts")
         state.set_phase("building")
@@ -282,6 +286,10 @@ def _live(
         )
 
         workloads = make_workloads(s, topo, rt, run_dir)
+        metrics = MetricsSession(s, topo, run_dir, run_id)
+        ui.phase("starting metrics" if metrics.enabled else "starting workloads")
+        metrics.start({w.name: w.targets() for w in workloads})
+        stop.check()
         state.set_phase("starting workloads")
         start_at = time.time() + 1.0  # let every process start, then begin together
         for w in workloads:
@@ -295,7 +303,9 @@ def _live(
             stop.check()
             for w in workloads:
                 w.check()
+            metrics.check()
             snap = _snapshot(rt, plans)
+            metrics.update(plans, snap)
             if window_start is None and now >= start_at + min(RATE_WARMUP_S, s.duration / 2):
                 window_start = snap
             ui.running(max(0.0, now - start_at), s.duration, _live_info(snap))
@@ -305,11 +315,16 @@ def _live(
 
         stop.check()
         ui.phase("collecting")
+        for w in workloads:
+            w.finish()
+        final = _snapshot(rt, plans)
+        metrics.update(plans, final)
+        metrics.final_scrape()
         sections = {}
         for w in workloads:
             sections[w.name] = w.collect()
-        links = _links(plans, _snapshot(rt, plans), window_start or window_end, window_end)
-        return {
+        links = _links(plans, final, window_start or window_end, window_end)
+        summary = {
             "scenario": s.name,
             "run_id": run_id,
             "runtime": s.runtime,
@@ -324,10 +339,14 @@ def _live(
             "links": links,
             **sections,
         }
+        summary["metrics"] = metrics.section(summary)
+        return summary
     finally:
         for w in workloads:
             with contextlib.suppress(Exception):
                 w.stop()
+        if metrics is not None:
+            metrics.stop()
         rt.close()
 
 

@@ -300,6 +300,33 @@ class Workloads(BaseModel):
     websearch: WebsearchWorkload | None = None
 
 
+class Metrics(BaseModel):
+    """Where the run's metrics go. Exporters always listen on management addresses only."""
+
+    model_config = _Strict
+
+    prometheus: Literal["embedded", "external", "off"] = Field(
+        "embedded",
+        description="embedded: a Prometheus server per run, data in RUN/prometheus; external: register "
+        "targets with a running Prometheus through file_sd_dir; off: no exporters",
+    )
+    scrape_interval: Duration = Field(1.0, ge=0.1, le=60)
+    file_sd_dir: str | None = Field(
+        None, description="external: a folder the Prometheus server reads with file_sd_configs"
+    )
+    url: str | None = Field(
+        None, description="external: the server's URL, for the post-run cross-check"
+    )
+
+    @model_validator(mode="after")
+    def _external(self) -> Metrics:
+        if self.prometheus == "external" and not self.file_sd_dir:
+            raise _FieldError(
+                ("file_sd_dir",), "external Prometheus needs file_sd_dir (a file_sd_configs folder)"
+            )
+        return self
+
+
 class Scenario(BaseModel):
     model_config = _Strict
 
@@ -315,6 +342,7 @@ class Scenario(BaseModel):
         description="a profile name from tc_profiles/, a path to a YAML file, or an inline profile",
     )
     workloads: Workloads = Field(default_factory=Workloads)
+    metrics: Metrics = Field(default_factory=Metrics)
 
     @field_validator("tc_profile", mode="before")
     @classmethod

@@ -1,9 +1,16 @@
-"""Results collection: statistics over raw records (exporters and Prometheus come later)."""
+"""Results: statistics over raw records (here), exporters (exporters.py), Prometheus (prometheus.py)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+SMALL_FLOW, LARGE_FLOW = 100_000, 10_000_000
+
+
+def size_class(nbytes: int) -> str:
+    """pFabric size classes: small < 100 KB, large > 10 MB, medium between."""
+    return "small" if nbytes < SMALL_FLOW else "large" if nbytes > LARGE_FLOW else "medium"
 
 
 def percentile(values: Sequence[float], q: float) -> float:

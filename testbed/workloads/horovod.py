@@ -18,14 +18,17 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from testbed.errors import EnvironmentProblem, RunFailure
 from testbed.metrics import describe
+from testbed.metrics.exporters import HOROVOD_PORT
 from testbed.runtime.netns import NETNS_DIR, NetnsRuntime
 from testbed.scenario import HorovodWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
@@ -186,6 +189,8 @@ class HorovodJob:
                 "--hostname",
                 str(h.data_ip),
             ]
+            if self.s.metrics.prometheus != "off":
+                argv += ["--metrics", f"{h.mgmt_ip}:{HOROVOD_PORT}"]
             self.procs.append(
                 (h, self.rt.spawn(h.netns, argv, self.dir / f"worker-{h.name}.log", env))
             )
@@ -198,6 +203,22 @@ class HorovodJob:
             (self.cfg.compute_time or 0) * 1e3,
             self.cfg.compute_to_network_ratio or 0,
         )
+
+    def targets(self) -> list[str]:
+        if self.s.metrics.prometheus == "off":
+            return []
+        return [f"{h.mgmt_ip}:{HOROVOD_PORT}" for h in self.hosts]
+
+    def finish(self) -> None:
+        """Start no new iteration (SIGUSR1); wait until every worker says so, or until ranks
+        that wait on a peer's last allreduce clearly never will."""
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + max(5.0, 3 * (self.cfg.compute_time or 1.0))
+        done = [self.dir / f"iterations-{h.name}.done" for h in self.hosts]
+        while not all(d.exists() for d in done) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def check(self) -> None:
         for h, p in self.procs:

@@ -9,8 +9,10 @@ synthetic: real float32 gradient tensors with the layer sizes of the profile; co
   with `barrier`.
 real: trains a small CNN on random data with hvd.DistributedOptimizer.
 
-Every iteration is appended to a CSV as it ends, so a killed run keeps its records. The
-worker stops after `iterations`, or when the orchestrator sends SIGTERM at the end of the run.
+Every iteration is appended to a CSV as it ends, so a killed run keeps its records, and
+counted by a Prometheus exporter on the management address when `--metrics` is given.
+At the end of the run the orchestrator sends SIGUSR1: the worker starts no new iteration, writes
+a `.done` marker and keeps its exporter up for a final scrape, until SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,20 +24,23 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 FIELDS = ["worker", "rank", "iteration", "start", "end", "duration_s", "compute_s", "wait_s"]
+FINISH = threading.Event()  # set by SIGUSR1: start no new iteration
 
 
 class Recorder:
-    def __init__(self, path: Path, worker: str, rank: int) -> None:
+    def __init__(self, path: Path, worker: str, rank: int, metrics: dict[str, Any] | None) -> None:
         self.f = open(path, "w", newline="")  # noqa: SIM115 - lives as long as the process
         self.w = csv.writer(self.f)
         self.w.writerow(FIELDS)
         self.f.flush()
         self.worker, self.rank = worker, rank
+        self.metrics = metrics
 
     def add(self, i: int, start: float, end: float, compute: float) -> None:
         self.w.writerow(
@@ -51,6 +56,9 @@ class Recorder:
             ]
         )
         self.f.flush()
+        if self.metrics is not None:
+            self.metrics["iteration"].labels(self.worker).observe(end - start)
+            self.metrics["iterations"].labels(self.worker).inc()
 
 
 class Clock:
@@ -81,7 +89,7 @@ def synthetic(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
     # for during the next forward), so it is recorded one iteration late.
     pending: tuple[int, float, float] | None = None
     i = 0
-    while limit is None or i < limit:
+    while (limit is None or i < limit) and not FINISH.is_set():
         start = time.time()
         if pending is not None:
             rec.add(pending[0], pending[1], start, pending[2])
@@ -124,7 +132,7 @@ def real(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
     bs = cfg.get("batch_size", 16)
     limit = cfg.get("iterations")
     i = 0
-    while limit is None or i < limit:
+    while (limit is None or i < limit) and not FINISH.is_set():
         start = time.time()
         x = torch.randn(bs, 3, 32, 32, device=device)
         y = torch.randint(0, 10, (bs,), device=device)
@@ -144,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--hostname", help="set this UTS namespace's hostname first (see DESIGN: Gloo)")
+    ap.add_argument(
+        "--metrics", help="ADDR:PORT for the Prometheus exporter (a management address)"
+    )
     args = ap.parse_args(argv)
     if args.hostname:
         socket.sethostname(args.hostname)
@@ -155,13 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGUSR1, lambda _s, _f: FINISH.set())
+    from testbed.metrics.exporters import start_node_exporter
+
+    metrics = start_node_exporter("horovod", args.metrics)
     import torch
 
     torch.set_num_threads(1)
     import horovod.torch as hvd
 
     hvd.init()
-    rec = Recorder(args.out, args.worker, hvd.rank())
+    rec = Recorder(args.out, args.worker, hvd.rank(), metrics)
     print(
         f"worker {args.worker}: rank {hvd.rank()} of {hvd.size()}, mode {cfg['mode']}", flush=True
     )
@@ -171,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         real(cfg, hvd, torch, rec)
     else:
         synthetic(cfg, hvd, torch, rec)
+    args.out.with_suffix(".done").touch()
+    if metrics is not None:
+        while True:  # keep the exporter up for the final scrape (peers may be mid-iteration)
+            time.sleep(3600)
     hvd.shutdown()
     return 0
 

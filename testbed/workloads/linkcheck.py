@@ -154,6 +154,12 @@ class Linkcheck:
             self.short_class if self.cfg.short else None,
         )
 
+    def targets(self) -> list[str]:
+        return []  # results come from its records; nothing to scrape
+
+    def finish(self) -> None:
+        pass  # clients stop by themselves at the end of the run
+
     def check(self) -> None:
         """Raise if a process died before its time."""
         for p in self.procs:

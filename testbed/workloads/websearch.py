@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import RunFailure
-from testbed.metrics import describe
+from testbed.metrics import describe, size_class
+from testbed.metrics.exporters import WEBSEARCH_PORT
 from testbed.runtime.netns import NetnsRuntime
 from testbed.scenario import Scenario, WebsearchWorkload
 from testbed.topology import Host, TopologyPlan
@@ -23,11 +24,6 @@ from testbed.workloads.procs import read_csvs, stop_all
 from testbed.workloads.websearch_node import FIELDS
 
 log = logging.getLogger(__name__)
-SMALL, LARGE = 100_000, 10_000_000  # pFabric: small < 100 KB, large > 10 MB
-
-
-def size_class(nbytes: int) -> str:
-    return "small" if nbytes < SMALL else "large" if nbytes > LARGE else "medium"
 
 
 def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -96,6 +92,8 @@ class Websearch:
                 "--out",
                 str(self.dir / f"flows-{h.name}.csv"),
             ]
+            if self.s.metrics.prometheus != "off":
+                argv += ["--metrics", f"{h.mgmt_ip}:{WEBSEARCH_PORT}"]
             self.procs.append(
                 (h, self.rt.spawn(h.netns, argv, self.dir / f"generator-{h.name}.log"))
             )
@@ -108,6 +106,20 @@ class Websearch:
             self.dscp,
             self.s.tc_profile.class_of(self.dscp),
         )
+
+    def targets(self) -> list[str]:
+        if self.s.metrics.prometheus == "off":
+            return []
+        return [f"{h.mgmt_ip}:{WEBSEARCH_PORT}" for h in self.hosts]
+
+    def finish(self) -> None:
+        """Generators end by themselves at the end of the run; wait for their markers."""
+        deadline = time.monotonic() + 15
+        done = [self.dir / f"flows-{h.name}.done" for h in self.hosts]
+        while not all(d.exists() for d in done) and time.monotonic() < deadline:
+            if any(p.poll() not in (None, 0) for _, p in self.procs):
+                break
+            time.sleep(0.1)
 
     def check(self) -> None:
         for h, p in self.procs:
@@ -122,9 +134,7 @@ class Websearch:
         stop_all(p for _, p in self.procs)
 
     def collect(self) -> dict[str, Any]:
-        deadline = time.monotonic() + 15
-        while any(p.poll() is None for _, p in self.procs) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        self.finish()
         for h, p in self.procs:
             if p.poll() not in (None, 0):
                 raise RunFailure(f"websearch generator on {h.name} exited with code {p.returncode}")

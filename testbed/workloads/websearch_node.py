@@ -9,6 +9,9 @@ ends; flows still running when the run ends are written with completed = false.
 
 The random streams are seeded from (seed, host), so the same seed gives the same flows (ids,
 sizes, destinations, arrival times) on every run: runs can be compared flow by flow.
+
+With `--metrics` the node exports flow counters and an FCT histogram on its management
+address; after the run it writes a `.done` marker and keeps the exporter up until SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.metrics import size_class
+from testbed.metrics.exporters import start_node_exporter
 from testbed.workloads.flowsizes import sample
 
 HEADER = struct.Struct("!Q")
@@ -68,8 +73,11 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 
 
 class Generator:
-    def __init__(self, args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    def __init__(
+        self, args: argparse.Namespace, cfg: dict[str, Any], metrics: dict[str, Any] | None
+    ) -> None:
         self.args = args
+        self.metrics = metrics
         self.cdf = [(float(x), float(p)) for x, p in cfg["cdf"]]
         self.peers: dict[str, str] = {k: v for k, v in cfg["peers"].items() if k != args.host}
         self.rate: float = cfg["rate_per_host"]
@@ -92,6 +100,8 @@ class Generator:
 
     async def flow(self, rec: dict[str, Any]) -> None:
         self.running[rec["id"]] = rec
+        if self.metrics is not None:
+            self.metrics["started"].labels(self.args.host).inc()
         loop = asyncio.get_running_loop()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         writer = None
@@ -110,6 +120,11 @@ class Generator:
                 rec["received"] += len(data)
             rec["end"] = time.time()
             rec["completed"] = rec["received"] == rec["size"]
+            if rec["completed"] and self.metrics is not None:
+                self.metrics["completed"].labels(self.args.host).inc()
+                self.metrics["fct"].labels(self.args.host, size_class(rec["size"])).observe(
+                    rec["end"] - rec["start"]
+                )
         except OSError as e:
             rec["error"] = str(e)
         finally:
@@ -173,12 +188,17 @@ async def amain(args: argparse.Namespace) -> int:
         f"{cfg['rate_per_host']:.3f} flows/s out",
         flush=True,
     )
-    gen = Generator(args, cfg)
+    metrics = start_node_exporter("websearch", args.metrics)
+    gen = Generator(args, cfg, metrics)
     delay = args.start_at - time.time()
     if delay > 0:
         await asyncio.sleep(delay)
     await gen.run()
     server.close()
+    args.out.with_suffix(".done").touch()
+    if metrics is not None:
+        while True:  # keep the exporter up for the final scrape, until SIGTERM
+            await asyncio.sleep(3600)
     return 0
 
 
@@ -190,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-at", type=float, required=True)
     ap.add_argument("--duration", type=float, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--metrics", help="ADDR:PORT for the Prometheus exporter (a management address)"
+    )
     return asyncio.run(amain(ap.parse_args(argv)))
 
 

@@ -1,0 +1,109 @@
+"""Prometheus exporters. Every exporter listens on a management address only (a node's mgmt0,
+or the management bridge in the root namespace), so scrapes never cross the shaped links.
+
+Names follow Prometheus conventions: `testbed_` prefix, base units, `_total` for counters.
+Run-wide labels (run_id, scenario) are attached by the scrape configuration, not here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+# Sub-millisecond to tens of seconds: a 10 KB flow on an idle 10 Gbit/s link up to a large
+# flow or a slow iteration on a 100 Mbit/s link.
+DURATION_BUCKETS = (
+    0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+    20.0, 50.0,
+)  # fmt: skip
+
+HOROVOD_PORT = 9101
+WEBSEARCH_PORT = 9102
+
+
+def serve(registry: Any, address: str, port: int) -> tuple[Any, int]:
+    """Start prometheus-client's HTTP server on (address, port); port 0 picks a free one."""
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=address, registry=registry)
+    return server, server.server_address[1]
+
+
+class QdiscCollector:
+    """Exposes the latest class-counter snapshot the orchestrator took (it polls every half
+    second anyway); reading netlink from the scrape thread would share pyroute2 sockets
+    across threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: list[tuple[dict[str, str], dict[str, int]]] = []
+
+    def update(self, rows: list[tuple[dict[str, str], dict[str, int]]]) -> None:
+        with self._lock:
+            self._rows = rows
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = ["node", "direction", "class"]
+        fams: dict[str, Any] = {
+            "bytes": CounterMetricFamily(
+                "testbed_qdisc_bytes", "Bytes sent by the class", labels=labels
+            ),
+            "packets": CounterMetricFamily(
+                "testbed_qdisc_packets", "Packets sent by the class", labels=labels
+            ),
+            "drops": CounterMetricFamily(
+                "testbed_qdisc_drops", "Packets dropped by the class", labels=labels
+            ),
+            "backlog": GaugeMetricFamily(
+                "testbed_qdisc_backlog_bytes", "Bytes queued in the class", labels=labels
+            ),
+        }
+        with self._lock:
+            rows = list(self._rows)
+        for lab, counters in rows:
+            values = [lab["node"], lab["direction"], lab["class"]]
+            for key, fam in fams.items():
+                fam.add_metric(values, counters.get(key, 0))
+        yield from fams.values()
+
+
+def orchestrator_exporter(address: str) -> tuple[QdiscCollector, Any, int]:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    collector = QdiscCollector()
+    registry.register(collector)
+    server, port = serve(registry, address, 0)
+    return collector, server, port
+
+
+def node_metrics(kind: str) -> tuple[Any, dict[str, Any]]:
+    """The registry and metric objects a node program exposes (kind: horovod | websearch)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    reg = CollectorRegistry()
+    if kind == "horovod":
+        return reg, {
+            "iteration": Histogram("testbed_iteration_duration_seconds", "Wall time of one training iteration",
+                                   ["worker"], buckets=DURATION_BUCKETS, registry=reg),
+            "iterations": Counter("testbed_iterations", "Training iterations completed", ["worker"], registry=reg),
+        }  # fmt: skip
+    return reg, {
+        "fct": Histogram("testbed_flow_completion_seconds", "Flow completion time (connect to last byte)",
+                         ["host", "size_class"], buckets=DURATION_BUCKETS, registry=reg),
+        "started": Counter("testbed_flows_started", "Flows started", ["host"], registry=reg),
+        "completed": Counter("testbed_flows_completed", "Flows completed", ["host"], registry=reg),
+    }  # fmt: skip
+
+
+def start_node_exporter(kind: str, listen: str | None) -> dict[str, Any] | None:
+    """For node programs: `--metrics ADDR:PORT` → metric objects (None when not asked)."""
+    if not listen:
+        return None
+    addr, port = listen.rsplit(":", 1)
+    reg, metrics = node_metrics(kind)
+    serve(reg, addr, int(port))
+    return metrics

@@ -1,0 +1,224 @@
+"""A real Prometheus per run (or targets registered with an existing one), and the PromQL
+cross-check of summary.json against what Prometheus recorded.
+
+Embedded: the `prometheus` binary runs in the root namespace with its TSDB in RUN/prometheus
+and its web port on 127.0.0.1 only. Targets come from file-based service discovery
+(RUN/prometheus/targets.json), the same mechanism an external Prometheus uses: point its
+`file_sd_configs` at a folder and name that folder in the scenario (metrics.file_sd_dir).
+After the run the data directory stays usable:
+    prometheus --storage.tsdb.path=RUN/prometheus --config.file=/dev/null   # then query :9090
+(use range functions such as max_over_time(...[1h]): the run's series end when it does)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.errors import EnvironmentProblem, RunFailure
+
+log = logging.getLogger(__name__)
+
+
+def targets_doc(targets: dict[str, list[str]], labels: dict[str, str]) -> list[dict[str, Any]]:
+    """file_sd JSON: one group per component (orchestrator, horovod, websearch)."""
+    return [
+        {"targets": addrs, "labels": {**labels, "component": comp}}
+        for comp, addrs in sorted(targets.items())
+        if addrs
+    ]
+
+
+def config(targets_file: Path, scrape_interval: float) -> dict[str, Any]:
+    interval = f"{max(1, round(scrape_interval * 1000))}ms"
+    return {
+        "global": {
+            "scrape_interval": interval,
+            "evaluation_interval": interval,
+            "scrape_timeout": interval,
+        },
+        "scrape_configs": [
+            {
+                "job_name": "testbed",
+                "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "1s"}],
+            }
+        ],
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    """An embedded Prometheus server for one run."""
+
+    def __init__(self, run_dir: Path, scrape_interval: float) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise EnvironmentProblem(
+                "the prometheus binary is missing; run install.sh (apt-get install prometheus), "
+                "or set metrics.prometheus: off"
+            )
+        self.dir = run_dir / "prometheus"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.targets_file = self.dir / "targets.json"
+        self.targets_file.write_text("[]")
+        self.config_file = run_dir / "prometheus.yml"
+        self.config_file.write_text(
+            yaml.safe_dump(config(self.targets_file, scrape_interval), sort_keys=False)
+        )
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(run_dir / "prometheus.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={self.config_file}", f"--storage.tsdb.path={self.dir}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
+             "--storage.tsdb.retention.time=10y"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RunFailure(
+                    f"prometheus exited with code {self.proc.returncode}; see prometheus.log"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise RunFailure("prometheus did not become ready within 30 s; see prometheus.log")
+
+    def set_targets(self, targets: dict[str, list[str]], labels: dict[str, str]) -> None:
+        tmp = self.targets_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(targets_doc(targets, labels), indent=1))
+        tmp.replace(self.targets_file)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # Prometheus flushes its head block and WAL on SIGTERM
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+class ExternalTargets:
+    """Register the run's targets with a Prometheus that already runs (file_sd)."""
+
+    def __init__(self, file_sd_dir: Path, run_id: str, url: str | None) -> None:
+        if not file_sd_dir.is_dir():
+            raise EnvironmentProblem(f"metrics.file_sd_dir {file_sd_dir} is not a folder")
+        self.path = file_sd_dir / f"testbed-{run_id}.json"
+        self.url = url
+
+    def set_targets(self, targets: dict[str, list[str]], labels: dict[str, str]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(targets_doc(targets, labels), indent=1))
+        tmp.replace(self.path)
+
+    def alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def query(url: str, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+    """An instant PromQL query over the HTTP API; the result vector."""
+    params = {"query": promql}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    with urllib.request.urlopen(
+        f"{url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10
+    ) as r:
+        body = json.loads(r.read())
+    if body.get("status") != "success":
+        raise RunFailure(f"PromQL {promql!r} failed: {body.get('error')}")
+    return body["data"]["result"]
+
+
+def scalar(url: str, promql: str) -> float | None:
+    result = query(url, promql)
+    return float(result[0]["value"][1]) if result else None
+
+
+def cross_check(url: str, run_id: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """Compare counts in summary.json with the last values Prometheus scraped."""
+    sel = f'run_id="{run_id}"'
+    checks: list[dict[str, Any]] = []
+
+    def compare(what: str, promql: str, expected: float | None) -> None:
+        if expected is None:
+            return
+        got = scalar(url, promql)
+        checks.append(
+            {
+                "what": what,
+                "promql": promql,
+                "summary": expected,
+                "prometheus": got,
+                "agree": got is not None and abs(got - expected) < 0.5,
+            }
+        )
+
+    h = summary.get("horovod")
+    if h:
+        for worker, n in h["iterations_per_worker"].items():
+            compare(
+                f"iterations of {worker}",
+                f'max_over_time(testbed_iterations_total{{{sel},worker="{worker}"}}[1h])',
+                n,
+            )
+    w = summary.get("websearch")
+    if w:
+        compare(
+            "flows started",
+            f"sum(max_over_time(testbed_flows_started_total{{{sel}}}[1h]))",
+            w["flows_started"],
+        )
+        compare(
+            "flows completed",
+            f"sum(max_over_time(testbed_flows_completed_total{{{sel}}}[1h]))",
+            w["flows_completed"],
+        )
+    links = summary.get("links") or []
+    if links:
+        compare(
+            "link directions exported",
+            f"count(count by (node, direction) (testbed_qdisc_bytes_total{{{sel}}}))",
+            len(links),
+        )
+    bad = [c for c in checks if not c["agree"]]
+    for c in bad:
+        log.warning(
+            "summary and Prometheus disagree on %s: %s vs %s",
+            c["what"],
+            c["summary"],
+            c["prometheus"],
+        )
+    return {"agree": not bad, "checks": checks}

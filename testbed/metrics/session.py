@@ -1,0 +1,108 @@
+"""Metrics for one run: the orchestrator's qdisc exporter, the Prometheus server (embedded,
+external or off), the link-counter time series (links.csv, for plots), and the post-run
+cross-check. The orchestrator drives it: start → update (every poll) → finish → stop."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.metrics.exporters import QdiscCollector, orchestrator_exporter
+from testbed.metrics.prometheus import ExternalTargets, Prometheus, cross_check
+from testbed.scenario import Scenario
+from testbed.shaping.plan import InterfacePlan
+from testbed.topology import TopologyPlan
+
+log = logging.getLogger(__name__)
+LINK_FIELDS = ["time", "node", "direction", "class", "bytes", "packets", "drops", "backlog"]
+
+
+class MetricsSession:
+    def __init__(self, s: Scenario, topo: TopologyPlan, run_dir: Path, run_id: str) -> None:
+        self.s, self.topo, self.run_dir, self.run_id = s, topo, run_dir, run_id
+        self.cfg = s.metrics
+        self.collector: QdiscCollector | None = None
+        self.server: Any = None
+        self.sink: Prometheus | ExternalTargets | None = None
+        self.targets: dict[str, list[str]] = {}
+        self._links = open(run_dir / "links.csv", "w", newline="")  # noqa: SIM115 - closed in stop()
+        self._csv = csv.writer(self._links)
+        self._csv.writerow(LINK_FIELDS)
+
+    @property
+    def enabled(self) -> bool:
+        return self.cfg.prometheus != "off"
+
+    def start(self, workload_targets: dict[str, list[str]]) -> None:
+        if not self.enabled:
+            return
+        self.collector, self.server, port = orchestrator_exporter(str(self.topo.mgmt_bridge_ip))
+        self.targets = {"orchestrator": [f"{self.topo.mgmt_bridge_ip}:{port}"], **workload_targets}
+        labels = {"run_id": self.run_id, "scenario": self.s.name}
+        if self.cfg.prometheus == "embedded":
+            self.sink = Prometheus(self.run_dir, self.cfg.scrape_interval)
+        else:
+            self.sink = ExternalTargets(Path(self.cfg.file_sd_dir or ""), self.run_id, self.cfg.url)
+        self.sink.set_targets(self.targets, labels)
+        n = sum(len(v) for v in self.targets.values())
+        where = self.sink.url if isinstance(self.sink, Prometheus) else self.sink.path
+        log.info("metrics: %d scrape targets every %.1f s → %s", n, self.cfg.scrape_interval, where)
+
+    def update(
+        self, plans: list[InterfacePlan], snap: tuple[float, list[dict[str, dict[str, int]]]]
+    ) -> None:
+        t, counters = snap
+        rows = []
+        for p, per_class in zip(plans, counters, strict=True):
+            for name, c in per_class.items():
+                lab = {"node": p.end.node, "direction": p.end.direction, "class": name}
+                rows.append((lab, c))
+                self._csv.writerow([f"{t:.3f}", p.end.node, p.end.direction, name, c["bytes"], c["packets"],
+                                    c["drops"], c["backlog"]])  # fmt: skip
+        if self.collector is not None:
+            self.collector.update(rows)
+
+    def final_scrape(self) -> None:
+        """Give Prometheus time to scrape the final values of every counter."""
+        if self.enabled:
+            time.sleep(2 * self.cfg.scrape_interval + 0.5)
+
+    def check(self) -> None:
+        if isinstance(self.sink, Prometheus) and not self.sink.alive():
+            from testbed.errors import RunFailure
+
+            raise RunFailure("prometheus exited during the run; see prometheus.log")
+
+    def section(self, summary: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"prometheus": self.cfg.prometheus}
+        if not self.enabled:
+            return out
+        out["scrape_interval_s"] = self.cfg.scrape_interval
+        out["targets"] = sum(len(v) for v in self.targets.values())
+        url = self.sink.url if self.sink is not None else None
+        if isinstance(self.sink, Prometheus):
+            out["data_dir"] = "prometheus"
+            # an empty configuration: the run's targets are gone, only its data is wanted
+            out["reopen"] = (
+                f"prometheus --storage.tsdb.path={self.run_dir / 'prometheus'} --config.file=/dev/null"
+            )
+        if url:
+            try:
+                out["cross_check"] = cross_check(url, self.run_id, summary)
+            except OSError as e:
+                out["cross_check"] = {"agree": None, "error": f"Prometheus unreachable: {e}"}
+        return out
+
+    def stop(self) -> None:
+        if self.sink is not None:
+            self.sink.stop()
+            self.sink = None
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if not self._links.closed:
+            self._links.close()
