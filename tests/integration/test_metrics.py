@@ -1,0 +1,115 @@
+"""Prometheus end to end: real exporters, a real server, its data directory reopened later."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.metrics.prometheus import query, scalar
+
+from .helpers import run_scenario
+
+pytest.importorskip("horovod.torch", reason="Horovod is installed by install.sh")
+if shutil.which("prometheus") is None:
+    pytest.skip("the prometheus binary is installed by install.sh", allow_module_level=True)
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("metrics")
+    s = run_scenario(tmp, {
+        "duration": "10s",
+        "topology": {"hosts": 3, "link_rate": "100mbit"},
+        "tc_profile": "thesis-2band",
+        "workloads": {
+            "horovod": {"model_size": "1MB", "compute_time": "300ms", "tc_class": "low"},
+            "websearch": {"arrival_rate": 2, "tc_class": "high", "warmup": "1s", "cooldown": "1s"},
+        },
+        "metrics": {"scrape_interval": "500ms"},
+    })  # fmt: skip
+    return s, tmp / "run"
+
+
+def test_summary_agrees_with_prometheus(finished_run):
+    s, _ = finished_run
+    m = s["metrics"]
+    assert m["prometheus"] == "embedded" and m["targets"] == 1 + 3 + 3
+    assert m["cross_check"]["agree"] is True, m["cross_check"]
+    assert {c["what"] for c in m["cross_check"]["checks"]} >= {
+        "flows started",
+        "flows completed",
+        "iterations of h1",
+    }
+
+
+def test_data_directory_reopens_with_the_csv_counts(finished_run, tmp_path):
+    s, run = finished_run
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        ["prometheus", f"--storage.tsdb.path={run / 'prometheus'}", "--config.file=/dev/null",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                query(url, "1")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "reopened Prometheus never answered"
+                time.sleep(0.3)
+        flows = rows(run / "flows.csv")
+        completed = sum(1 for f in flows if f["completed"] == "True")
+        assert scalar(url, "sum(max_over_time(testbed_flows_completed_total[1h]))") == completed
+        assert scalar(url, "sum(max_over_time(testbed_flows_started_total[1h]))") == len(flows)
+        its = rows(run / "iterations.csv")
+        for worker in ("h1", "h2", "h3"):
+            n = sum(1 for r in its if r["worker"] == worker)
+            assert (
+                scalar(url, f'max_over_time(testbed_iterations_total{{worker="{worker}"}}[1h])')
+                == n
+            )
+        # histograms and qdisc counters are there too, with the run's labels
+        assert scalar(url, 'count(testbed_flow_completion_seconds_bucket{le="+Inf"})') >= 1
+        assert (
+            scalar(
+                url,
+                f'count(count by (node, direction) (testbed_qdisc_bytes_total{{run_id="{s["run_id"]}"}}))',
+            )
+            == 6
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_metrics_traffic_stays_off_the_shaped_links(tmp_path):
+    """Horovod alone, marked low, scraped five times a second. Scrapes are unmarked, so on the
+    shaped links they would land in the high (default) class, which otherwise carries only
+    ARP: it stays nearly empty because scrapes take the management path."""
+    s = run_scenario(tmp_path, {
+        "duration": "6s",
+        "topology": {"hosts": 3, "link_rate": "100mbit"},
+        "tc_profile": "thesis-2band",
+        "workloads": {"horovod": {"model_size": "1MB", "compute_time": "200ms", "tc_class": "low"}},
+        "metrics": {"scrape_interval": "200ms"},
+    })  # fmt: skip
+    assert s["metrics"]["cross_check"]["agree"] is True  # it did scrape, and saw every iteration
+    for link in s["links"]:
+        assert link["classes"]["low"]["bytes"] > 1_000_000, link
+        assert link["classes"]["high"]["bytes"] < 5_000, link
