@@ -153,6 +153,18 @@ def up(
         result = run(s, out=out, run_id=run_id, ui=ui)
         ui.done()
     _print_result(result.run_dir, result.summary)
+    _plots_after_run(result.run_dir)
+
+
+def _plots_after_run(run_dir: Path) -> None:
+    """Plots are a convenience: a plotting problem is reported, never fails the run."""
+    from testbed import report as rp
+
+    try:
+        for p in rp.plots_for(rp.Run(run_dir)):
+            Console().print(f"plot: {p}")
+    except Exception as e:
+        err_console.print(f"[yellow]warning:[/] plots not written: {e}")
 
 
 def _console_logging(verbose: bool) -> None:
@@ -198,6 +210,108 @@ def _print_result(run_dir: Path, summary: dict[str, Any]) -> None:
             else:
                 out.print(f"short transfers: {sh['completed']}/{sh['started']} completed")
     out.print(f"run folder: {run_dir}")
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
+@click.option("--no-plots", is_flag=True, help="do not write PNG plots")
+@_friendly
+def report(runs: tuple[Path, ...], as_json: bool, no_plots: bool) -> None:
+    """Summarise RUN folders; with several, compare them against the first (the baseline)."""
+    from testbed import report as rp
+
+    loaded = [rp.Run(p) for p in runs]
+    data: dict[str, Any] = {"runs": [rp.describe_run(r) for r in loaded]}
+    if len(loaded) > 1:
+        data["comparison"] = rp.compare(loaded)
+    plots: list[Path] = []
+    if not no_plots:
+        for r in loaded:
+            plots += rp.plots_for(r)
+        if len(loaded) > 1:
+            plots += rp.comparison_plots(loaded, loaded[0].path / "plots" / "compare")
+    data["plots"] = [str(p) for p in plots]
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    out = Console()
+    for r in data["runs"]:
+        _print_run(out, r)
+    if "comparison" in data:
+        _print_comparison(out, data["comparison"])
+    for p in plots:
+        out.print(f"plot: {p}")
+
+
+def _print_run(out: Console, r: dict[str, Any]) -> None:
+    from testbed.report import fmt_ms
+
+    out.rule(f"{r['run']}  ({r['scenario']}, run {r['run_id']}, seed {r['seed']}, {r['status']})")
+    h = r.get("horovod")
+    if h:
+        it = h["iteration_time_s"]
+        out.print(
+            f"Horovod: {h['workers']} workers, {h['iterations']} iterations, class {h['class']}; "
+            f"iteration time mean {fmt_ms(it['mean'])} ms, p50 {fmt_ms(it['p50'])} ms, p99 {fmt_ms(it['p99'])} ms"
+        )
+    w = r.get("websearch")
+    if w:
+        t = Table(
+            title=f"web-search flows: {w['flows_completed']}/{w['flows_started']} completed, class {w['class']}"
+        )
+        for col in ("size class", "flows", "FCT mean (ms)", "p50 (ms)", "p99 (ms)"):
+            t.add_column(col, justify="right")
+        for cls, st in w["fct_s"].items():
+            t.add_row(
+                cls, str(st["count"]), fmt_ms(st["mean"]), fmt_ms(st["p50"]), fmt_ms(st["p99"])
+            )
+        out.print(t)
+    util = r.get("utilization") or {}
+    if util:
+        t = Table(title="link utilisation (mean share of the link over the run window)")
+        t.add_column("direction")
+        classes = sorted({c for d in util.values() for c in d})
+        for c in classes:
+            t.add_column(c, justify="right")
+        for direction, per in util.items():
+            t.add_row(direction, *(f"{per.get(c, 0):.1%}" for c in classes))
+        out.print(t)
+
+
+def _print_comparison(out: Console, cmp: dict[str, Any]) -> None:
+    from testbed.report import CLASSES, fmt_pct
+
+    t = Table(title=f"change against the baseline {cmp['baseline']}")
+    t.add_column("run")
+    for c in CLASSES:
+        t.add_column(f"FCT {c}", justify="right")
+    t.add_column("iteration time", justify="right")
+    for e in cmp["runs"]:
+        fct = e.get("fct_mean_change_pct") or {}
+        t.add_row(
+            e["run"],
+            *(fmt_pct(fct.get(c)) for c in CLASSES),
+            fmt_pct(e.get("iteration_time_mean_change_pct")),
+        )
+    out.print(t)
+    for e in cmp["runs"]:
+        pf = e.get("per_flow")
+        if not pf:
+            continue
+        t = Table(title=f"same seed, flow by flow: {e['run']} against the baseline")
+        for col in ("size class", "matched flows", "mean change", "median change", "faster"):
+            t.add_column(col, justify="right")
+        for c in CLASSES:
+            st = pf[c]
+            t.add_row(
+                c,
+                str(st["matched"]),
+                fmt_pct(st["mean_change_pct"]),
+                fmt_pct(st["median_change_pct"]),
+                f"{st['faster']}/{st['matched']}",
+            )
+        out.print(t)
 
 
 @main.command()

@@ -1,0 +1,330 @@
+"""Summaries, comparisons and plots of finished runs, from the run folder alone.
+
+`testbed report RUN` prints what happened; `testbed report BASE OTHER...` compares the way the
+thesis does: percent change of mean FCT per size class and of mean iteration time against
+the first run, and, when the seeds match (so the flows are the same flows), per-flow changes.
+Plots are PNGs written next to the records.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import ScenarioError
+from testbed.metrics import describe, size_class
+
+CLASSES = ("small", "medium", "large", "all")
+
+
+class Run:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        summary = path / "summary.json"
+        if not summary.is_file():
+            raise ScenarioError(f"{path}: not a run folder (no summary.json)")
+        self.summary: dict[str, Any] = json.loads(summary.read_text())
+        self.name = path.name
+
+    def rows(self, fname: str) -> list[dict[str, str]]:
+        p = self.path / fname
+        if not p.is_file():
+            return []
+        with open(p, newline="") as f:
+            return list(csv.DictReader(f))
+
+    @property
+    def horovod(self) -> dict[str, Any] | None:
+        return self.summary.get("horovod")
+
+    @property
+    def websearch(self) -> dict[str, Any] | None:
+        return self.summary.get("websearch")
+
+    def utilization(self) -> dict[str, dict[str, float]]:
+        """Mean share of the link per direction and class over the run window (0–1)."""
+        out: dict[str, dict[str, float]] = {}
+        for direction in ("up", "down"):
+            links = [x for x in self.summary.get("links", []) if x["direction"] == direction]
+            if not links:
+                continue
+            classes = sorted({c for x in links for c in x["classes"]})
+            out[direction] = {
+                c: sum(
+                    (x["classes"].get(c, {}).get("rate_bps") or 0) / x["rate_bps"] for x in links
+                )
+                / len(links)
+                for c in classes
+            }
+        return out
+
+    def window(self) -> tuple[float, float] | None:
+        w = self.websearch
+        started = self.summary.get("started_at")
+        if started is None or w is None:
+            return None
+        scen = self.scenario().get("workloads", {}).get("websearch", {})
+        warm = _seconds(scen.get("warmup", 2.0))
+        cool = _seconds(scen.get("cooldown", 2.0))
+        return started + warm, started + self.summary["duration_s"] - cool
+
+    def scenario(self) -> dict[str, Any]:
+        import yaml
+
+        p = self.path / "scenario.yaml"
+        return yaml.safe_load(p.read_text()) if p.is_file() else {}
+
+    def flows_in_window(self) -> list[dict[str, str]]:
+        w = self.window()
+        flows = self.rows("flows.csv")
+        if w is None:
+            return flows
+        return [f for f in flows if w[0] <= float(f["start"]) < w[1]]
+
+
+def _seconds(v: Any) -> float:
+    from testbed.units import parse_duration
+
+    return parse_duration(v)
+
+
+def describe_run(run: Run) -> dict[str, Any]:
+    s = run.summary
+    out: dict[str, Any] = {
+        "run": str(run.path), "scenario": s.get("scenario"), "run_id": s.get("run_id"),
+        "status": s.get("status"), "seed": s.get("seed"), "duration_s": s.get("duration_s"),
+    }  # fmt: skip
+    if run.horovod:
+        h = run.horovod
+        out["horovod"] = {"workers": h["workers"], "iterations": h["iterations"], "class": h.get("class"),
+                          "iteration_time_s": h["iteration_time_s"]}  # fmt: skip
+    if run.websearch:
+        w = run.websearch
+        out["websearch"] = {"flows_started": w["flows_started"], "flows_completed": w["flows_completed"],
+                            "class": w.get("class"), "fct_s": w["fct_s"]}  # fmt: skip
+    out["utilization"] = run.utilization()
+    return out
+
+
+def _pct(new: float | None, base: float | None) -> float | None:
+    if new is None or base is None or base == 0:
+        return None
+    return (new - base) / base * 100
+
+
+def compare(runs: list[Run]) -> dict[str, Any]:
+    base = runs[0]
+    result: dict[str, Any] = {"baseline": str(base.path), "runs": []}
+    for other in runs[1:]:
+        entry: dict[str, Any] = {"run": str(other.path)}
+        if base.websearch and other.websearch:
+            entry["fct_mean_change_pct"] = {
+                c: _pct(other.websearch["fct_s"][c]["mean"], base.websearch["fct_s"][c]["mean"])
+                for c in CLASSES
+            }
+        if base.horovod and other.horovod:
+            entry["iteration_time_mean_change_pct"] = _pct(
+                other.horovod["iteration_time_s"]["mean"], base.horovod["iteration_time_s"]["mean"]
+            )
+        if (
+            base.summary.get("seed") == other.summary.get("seed")
+            and base.websearch
+            and other.websearch
+        ):
+            entry["per_flow"] = per_flow(base, other)
+        result["runs"].append(entry)
+    return result
+
+
+def per_flow(base: Run, other: Run) -> dict[str, Any]:
+    """Same seed → same flow ids, sizes, destinations and arrival offsets: compare flow by flow."""
+    a = {f["id"]: f for f in base.flows_in_window() if f["completed"] == "True"}
+    b = {f["id"]: f for f in other.rows("flows.csv") if f["completed"] == "True"}
+    out: dict[str, Any] = {}
+    for c in CLASSES:
+        changes = []
+        for fid, fa in a.items():
+            fb = b.get(fid)
+            if fb is None or fb["size_bytes"] != fa["size_bytes"]:
+                continue
+            if c != "all" and size_class(int(fa["size_bytes"])) != c:
+                continue
+            changes.append((float(fb["fct_s"]) - float(fa["fct_s"])) / float(fa["fct_s"]) * 100)
+        d = describe(changes)
+        out[c] = {"matched": d["count"], "mean_change_pct": d["mean"], "median_change_pct": d["p50"],
+                  "faster": sum(1 for x in changes if x < 0)}  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_fct_cdf(runs: list[Run], out: Path) -> Path | None:
+    if not any(r.websearch for r in runs):
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, cls in zip(axes, ("small", "medium", "large"), strict=True):
+        for r in runs:
+            xs = sorted(float(f["fct_s"]) for f in r.flows_in_window()
+                        if f["completed"] == "True" and size_class(int(f["size_bytes"])) == cls)  # fmt: skip
+            if xs:
+                ax.step(
+                    xs,
+                    [(i + 1) / len(xs) for i in range(len(xs))],
+                    where="post",
+                    label=f"{r.name} (n={len(xs)})",
+                )
+        ax.set_xscale("log")
+        ax.set_title(f"{cls} flows")
+        ax.set_xlabel("flow completion time (s)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("CDF")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_iterations(run: Run, out: Path) -> Path | None:
+    its = run.rows("iterations.csv")
+    if not its:
+        return None
+    plt = _plt()
+    t0 = run.summary.get("started_at") or min(float(r["start"]) for r in its)
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for worker in sorted({r["worker"] for r in its}):
+        rs = [r for r in its if r["worker"] == worker]
+        ax.plot([float(r["start"]) - t0 for r in rs], [float(r["duration_s"]) * 1e3 for r in rs], ".-",
+                lw=0.8, ms=3, label=worker)  # fmt: skip
+    compute = (run.horovod or {}).get("compute_time_s")
+    if compute:
+        ax.axhline(compute * 1e3, color="k", ls="--", lw=0.8, label="configured compute")
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_title(f"Horovod iteration time — {run.name}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_utilization(run: Run, out: Path) -> Path | None:
+    rows = run.rows("links.csv")
+    links = run.summary.get("links") or []
+    if not rows or not links:
+        return None
+    rate = {(x["node"], x["direction"]): x["rate_bps"] for x in links}
+    series: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
+    for r in rows:
+        series.setdefault((r["node"], r["direction"], r["class"]), []).append(
+            (float(r["time"]), int(r["bytes"]))
+        )
+    t0 = run.summary.get("started_at") or min(float(r["time"]) for r in rows)
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
+    for ax, direction in zip(axes, ("up", "down"), strict=True):
+        classes = sorted({k[2] for k in series if k[1] == direction})
+        for cls in classes:
+            # mean over nodes of each node's share of its own link, per polling interval
+            per_node = [v for k, v in series.items() if k[1] == direction and k[2] == cls]
+            n = min(len(v) for v in per_node)
+            ts, util = [], []
+            for i in range(1, n):
+                shares = []
+                for k, v in series.items():
+                    if k[1] != direction or k[2] != cls or len(v) <= i:
+                        continue
+                    dt = v[i][0] - v[i - 1][0]
+                    if dt > 0:
+                        shares.append((v[i][1] - v[i - 1][1]) * 8 / dt / rate[(k[0], k[1])])
+                if shares:
+                    ts.append(per_node[0][i][0] - t0)
+                    util.append(100 * sum(shares) / len(shares))
+            ax.plot(ts, util, lw=1, label=cls)
+        ax.set_title(
+            f"{'uplinks (host → switch)' if direction == 'up' else 'downlinks (switch → host)'}"
+        )
+        ax.set_xlabel("time since start (s)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("mean link utilisation (%)")
+    fig.suptitle(f"link utilisation per class — {run.name}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_timeline(run: Run, out: Path, iterations: int = 5) -> Path | None:
+    """Compute vs waiting for allreduce per worker, a few iterations (thesis Fig. 4.8 style)."""
+    its = run.rows("iterations.csv")
+    if not its:
+        return None
+    numbers = sorted({int(r["iteration"]) for r in its})
+    mid = numbers[len(numbers) // 2 : len(numbers) // 2 + iterations]
+    chosen = [r for r in its if int(r["iteration"]) in mid]
+    if not chosen:
+        return None
+    t0 = min(float(r["start"]) for r in chosen)
+    workers = sorted({r["worker"] for r in chosen})
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(workers)))
+    for y, worker in enumerate(workers):
+        for r in (r for r in chosen if r["worker"] == worker):
+            start = float(r["start"]) - t0
+            comp, wait = float(r["compute_s"]), float(r["wait_s"])
+            ax.broken_barh([(start * 1e3, comp * 1e3)], (y - 0.35, 0.7), color="tab:blue")
+            ax.broken_barh(
+                [((start + comp) * 1e3, wait * 1e3)], (y - 0.35, 0.7), color="tab:orange"
+            )
+    ax.set_yticks(range(len(workers)), workers)
+    ax.set_xlabel("time (ms)")
+    ax.set_title(f"iterations {mid[0]}–{mid[-1]}: compute (blue) vs waiting for allreduce (orange) — {run.name}",
+                 fontsize=9)  # fmt: skip
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plots_for(run: Run) -> list[Path]:
+    d = run.path / "plots"
+    d.mkdir(exist_ok=True)
+    made = [
+        plot_fct_cdf([run], d / "fct_cdf.png"),
+        plot_iterations(run, d / "iterations.png"),
+        plot_utilization(run, d / "link_utilization.png"),
+        plot_timeline(run, d / "horovod_timeline.png"),
+    ]
+    return [p for p in made if p is not None]
+
+
+def comparison_plots(runs: list[Run], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    p = plot_fct_cdf(runs, out_dir / "fct_cdf_compare.png")
+    return [p] if p else []
+
+
+def fmt_ms(x: float | None) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.1f}"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.1f}%"
