@@ -38,10 +38,16 @@ class QdiscCollector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: list[tuple[dict[str, str], dict[str, int]]] = []
+        self._rates: dict[tuple[str, str], int] = {}
 
     def update(self, rows: list[tuple[dict[str, str], dict[str, int]]]) -> None:
         with self._lock:
             self._rows = rows
+
+    def set_link_rates(self, rates: dict[tuple[str, str], int]) -> None:
+        """(node, direction) → configured rate in bits/s, exported in bytes/s (base unit)."""
+        with self._lock:
+            self._rates = dict(rates)
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -63,6 +69,12 @@ class QdiscCollector:
         }
         with self._lock:
             rows = list(self._rows)
+            rates = dict(self._rates)
+        cap = GaugeMetricFamily("testbed_link_rate_bytes_per_second", "Configured rate cap of the link direction",
+                                labels=["node", "direction"])  # fmt: skip
+        for (node, direction), bps in sorted(rates.items()):
+            cap.add_metric([node, direction], bps / 8)
+        yield cap
         for lab, counters in rows:
             values = [lab["node"], lab["direction"], lab["class"]]
             for key, fam in fams.items():

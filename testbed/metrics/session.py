@@ -28,6 +28,7 @@ class MetricsSession:
         self.server: Any = None
         self.sink: Prometheus | ExternalTargets | None = None
         self.targets: dict[str, list[str]] = {}
+        self._rates_set = False
         self._links = open(run_dir / "links.csv", "w", newline="")  # noqa: SIM115 - closed in stop()
         self._csv = csv.writer(self._links)
         self._csv.writerow(LINK_FIELDS)

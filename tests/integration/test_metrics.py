@@ -42,7 +42,11 @@ def finished_run(tmp_path_factory):
 
 
 def test_summary_agrees_with_prometheus(finished_run):
-    s, _ = finished_run
+    s, run = finished_run
+    r = subprocess.run(
+        ["promtool", "check", "config", str(run / "prometheus.yml")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
     m = s["metrics"]
     assert m["prometheus"] == "embedded" and m["targets"] == 1 + 3 + 3
     assert m["cross_check"]["agree"] is True, m["cross_check"]
