@@ -51,6 +51,7 @@ class Workload(Protocol):
     def targets(self) -> list[str]: ...  # its exporters' management addresses (ADDR:PORT)
     def start(self, start_at: float, duration: float) -> None: ...
     def finish(self) -> None: ...  # the run is over: start no new work, keep exporters up
+    def progress(self) -> str: ...  # a few words for the live display ("12 iterations")
     def check(self) -> None: ...  # raise RunFailure if a process died before its time
     def collect(self) -> dict[str, Any]: ...  # after the run: stop, merge records, summarise
     def stop(self) -> None: ...  # idempotent; on any exit path
@@ -308,7 +309,8 @@ def _live(
             metrics.update(plans, snap)
             if window_start is None and now >= start_at + min(RATE_WARMUP_S, s.duration / 2):
                 window_start = snap
-            ui.running(max(0.0, now - start_at), s.duration, _live_info(snap))
+            live = "  ".join(x for x in [*(w.progress() for w in workloads), _live_info(snap)] if x)
+            ui.running(max(0.0, now - start_at), s.duration, live)
             time.sleep(min(0.5, max(0.0, t_end - now)))
         window_end = _snapshot(rt, plans)
         ui.running(s.duration, s.duration, "")

@@ -192,7 +192,9 @@ def plot_fct_cdf(runs: list[Run], out: Path) -> Path | None:
         ax.set_xlabel("flow completion time (s)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("CDF")
-    axes[-1].legend(fontsize=7, loc="lower right")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -262,7 +264,8 @@ def plot_utilization(run: Run, out: Path) -> Path | None:
         )
         ax.set_xlabel("time since start (s)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        if classes:
+            ax.legend(fontsize=7)
     axes[0].set_ylabel("mean link utilisation (%)")
     fig.suptitle(f"link utilisation per class — {run.name}", fontsize=10)
     fig.tight_layout()

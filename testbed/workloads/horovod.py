@@ -34,7 +34,7 @@ from testbed.scenario import HorovodWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import derive
 from testbed.workloads.horovod_worker import FIELDS
-from testbed.workloads.procs import read_csvs, stop_all
+from testbed.workloads.procs import count_rows, read_csvs, stop_all
 
 log = logging.getLogger(__name__)
 WORKER_GID = 64242  # the group whose sockets get Horovod's DSCP
@@ -208,6 +208,10 @@ class HorovodJob:
         if self.s.metrics.prometheus == "off":
             return []
         return [f"{h.mgmt_ip}:{HOROVOD_PORT}" for h in self.hosts]
+
+    def progress(self) -> str:
+        n = min(count_rows(self.dir / f"iterations-{h.name}.csv") for h in self.hosts)
+        return f"{n} iterations"
 
     def finish(self) -> None:
         """Start no new iteration (SIGUSR1); wait until every worker says so, or until ranks

@@ -160,6 +160,9 @@ class Linkcheck:
     def finish(self) -> None:
         pass  # clients stop by themselves at the end of the run
 
+    def progress(self) -> str:
+        return ""
+
     def check(self) -> None:
         """Raise if a process died before its time."""
         for p in self.procs:

@@ -34,3 +34,12 @@ def read_csvs(paths: Iterable[Path]) -> list[dict[str, Any]]:
             with open(path, newline="") as f:
                 rows.extend(csv.DictReader(f))
     return rows
+
+
+def count_rows(path: Path) -> int:
+    """Data rows written so far to a CSV that a node process appends to (0 if none yet)."""
+    try:
+        with open(path, "rb") as f:
+            return max(0, sum(1 for _ in f) - 1)
+    except OSError:
+        return 0

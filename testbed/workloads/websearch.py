@@ -20,7 +20,7 @@ from testbed.scenario import Scenario, WebsearchWorkload
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import flowsizes
 from testbed.workloads.horovod import selected_hosts
-from testbed.workloads.procs import read_csvs, stop_all
+from testbed.workloads.procs import count_rows, read_csvs, stop_all
 from testbed.workloads.websearch_node import FIELDS
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,9 @@ class Websearch:
         if self.s.metrics.prometheus == "off":
             return []
         return [f"{h.mgmt_ip}:{WEBSEARCH_PORT}" for h in self.hosts]
+
+    def progress(self) -> str:
+        return f"{sum(count_rows(self.dir / f'flows-{h.name}.csv') for h in self.hosts)} flows done"
 
     def finish(self) -> None:
         """Generators end by themselves at the end of the run; wait for their markers."""
