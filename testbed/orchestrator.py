@@ -27,7 +27,7 @@ from testbed.scenario import Scenario, dump_scenario
 from testbed.shaping.apply import apply_plan
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.shaping.stats import class_counters
-from testbed.state import RunState, all_states
+from testbed.state import RunState, all_states, proc_start_time
 from testbed.topology import TopologyPlan, names_for, new_run_id, single_tor, valid_run_id
 from testbed.workloads.linkcheck import Linkcheck
 
@@ -290,6 +290,10 @@ def _live(
         metrics = MetricsSession(s, topo, run_dir, run_id)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
         metrics.start({w.name: w.targets() for w in workloads})
+        state.record(
+            *({"kind": "process", "name": name, "pid": pid, "start": proc_start_time(pid)}
+              for name, pid in metrics.processes())
+        )  # fmt: skip
         stop.check()
         state.set_phase("starting workloads")
         start_at = time.time() + 1.0  # let every process start, then begin together

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from testbed.errors import EnvironmentProblem, RunFailure
+from testbed.runtime.netns import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class Prometheus:
              f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
              "--storage.tsdb.retention.time=10y"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent,
         )  # fmt: skip
         self._wait_ready()
 

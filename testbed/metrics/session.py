@@ -52,6 +52,12 @@ class MetricsSession:
         where = self.sink.url if isinstance(self.sink, Prometheus) else self.sink.path
         log.info("metrics: %d scrape targets every %.1f s → %s", n, self.cfg.scrape_interval, where)
 
+    def processes(self) -> list[tuple[str, int]]:
+        """Processes this session started outside the node namespaces (for the state file)."""
+        if isinstance(self.sink, Prometheus):
+            return [("prometheus", self.sink.proc.pid)]
+        return []
+
     def update(
         self, plans: list[InterfacePlan], snap: tuple[float, list[dict[str, dict[str, int]]]]
     ) -> None:

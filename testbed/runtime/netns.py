@@ -25,7 +25,7 @@ from pyroute2.ethtool import Ethtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import RunFailure
-from testbed.state import RunState
+from testbed.state import RunState, proc_start_time
 from testbed.topology import TopologyPlan
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class NetnsRuntime:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             out.close()
@@ -226,7 +226,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the orchestrator dies, even by kill -9."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -271,6 +272,22 @@ def kill_processes(namespaces: Sequence[str], grace_s: float = 3.0) -> int:
     return len(pids)
 
 
+def kill_recorded(pid: int, start: int | None, grace_s: float = 10.0) -> None:
+    """Stop a process recorded in the state file, if it is still that process (same start
+    time: a recycled PID belongs to someone else and is left alone)."""
+    if start is None or proc_start_time(pid) != start:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _exists(pid) and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.05)
+    if _exists(pid) and proc_start_time(pid) == start:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _reap() -> None:
     """Collect our own exited children so they stop showing up in /proc."""
     while True:
@@ -299,6 +316,9 @@ def teardown(state: RunState) -> list[str]:
     present afterwards (the management bridge) are deleted by name.
     """
     problems: list[str] = []
+    for obj in state.objects:
+        if obj["kind"] == "process":
+            kill_recorded(obj["pid"], obj["start"])
     namespaces = state.namespaces()
     left = kill_processes(namespaces)
     if left:

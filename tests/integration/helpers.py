@@ -29,6 +29,13 @@ def present_objects() -> set[str]:
     }
     if STATE_DIR.is_dir():
         found |= {f"state:{p.name}" for p in STATE_DIR.glob("*.json")}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmd.startswith(b"/usr/bin/prometheus\0") or b"/prometheus\0--config.file=" in cmd:
+            found.add(f"prometheus:{pid}")
     return found
 
 
