@@ -62,6 +62,11 @@ class MetricsSession:
         self, plans: list[InterfacePlan], snap: tuple[float, list[dict[str, dict[str, int]]]]
     ) -> None:
         t, counters = snap
+        if self.collector is not None and not self._rates_set:
+            self.collector.set_link_rates(
+                {(p.end.node, p.end.direction): p.rate_bps for p in plans}
+            )
+            self._rates_set = True
         rows = []
         for p, per_class in zip(plans, counters, strict=True):
             for name, c in per_class.items():
