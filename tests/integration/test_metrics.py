@@ -97,6 +97,10 @@ def test_data_directory_reopens_with_the_csv_counts(finished_run, tmp_path):
             )
             == 6
         )
+        # the dashboard's utilisation panel divides by this gauge: 100 Mbit/s in bytes/s
+        assert (
+            scalar(url, "max(max_over_time(testbed_link_rate_bytes_per_second[1h]))") == 100e6 / 8
+        )
     finally:
         proc.terminate()
         proc.wait(10)
