@@ -153,6 +153,10 @@ def up(
         result = run(s, out=out, run_id=run_id, ui=ui)
         ui.done()
     _print_result(result.run_dir, result.summary)
+    if result.summary.get("horovod") or result.summary.get("websearch"):
+        from testbed import report as rp
+
+        _print_run(Console(), rp.describe_run(rp.Run(result.run_dir)))
     _plots_after_run(result.run_dir)
 
 

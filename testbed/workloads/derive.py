@@ -80,8 +80,6 @@ def _horovod(s: Scenario, w: Any, base_dir: Path | None) -> None:
         if w.compute_time is None:
             w.compute_time = models.total_compute(layers) if w.profile else DEFAULT_COMPUTE_S
         w.compute_to_network_ratio = w.compute_time * link / (bpi * 8)
-    if w.mode == "real" and w.device == "cuda" and s.runtime == "netns":
-        pass  # allowed: a netns host on a GPU machine sees the GPUs
 
 
 def _websearch(s: Scenario, w: Any, base_dir: Path | None) -> None:
