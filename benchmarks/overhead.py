@@ -188,12 +188,15 @@ def main() -> int:
     share = lambda s: (s.cpu1 - s.cpu0) / (s.t1 - s.t0)  # noqa: E731
     prom_share = (on.prom_cpu1 - on.prom_cpu0) / (on.t1 - on.t0)
     hosts = summary["horovod"]["workers"]
-    per_scrape = {k: cpu_per_scrape(k) for k in ("horovod", "websearch")}
+    per_scrape = {k: cpu_per_scrape(k) for k in ("horovod", "websearch", "orchestrator")}
     interval = summary["metrics"]["scrape_interval_s"]
-    exporters = hosts * (per_scrape["horovod"] + per_scrape["websearch"]) / interval
+    exporters = (
+        hosts * (per_scrape["horovod"] + per_scrape["websearch"]) + per_scrape["orchestrator"]
+    ) / interval
     print(
         f"CPU per scrape: worker exporter {per_scrape['horovod'] * 1e3:.2f} ms, generator exporter "
-        f"{per_scrape['websearch'] * 1e3:.2f} ms → exporters {exporters:.4f} of a core at {interval:g} s; "
+        f"{per_scrape['websearch'] * 1e3:.2f} ms, qdisc exporter {per_scrape['orchestrator'] * 1e3:.2f} ms"
+        f" → exporters {exporters:.4f} of a core at {interval:g} s; "
         f"Prometheus {prom_share:.4f}; peak RSS {on.rss_kb / 1024:.1f} MB, {on.series} testbed series"
     )
     print(
