@@ -177,12 +177,11 @@ def run(
     ui = ui or QuietUI()
     run_id, run_dir = prepare(s, out, run_id)
     ui.phase("probing kernel")
-    caps, warnings = preflight.kernel_capabilities(s)
+    caps = preflight.kernel_capabilities()
+    warnings: list[str] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.yaml").write_text(dump_scenario(s))
     handler = _attach_log(run_dir)
-    for w in warnings:
-        log.warning(w)
     result = RunResult(run_dir, run_id)
     state = RunState(run_id=run_id, scenario=s.name, out_dir=str(run_dir.resolve()))
     state.save()

@@ -30,7 +30,7 @@ def require_binaries() -> None:
             raise EnvironmentProblem(f"the {name} binary is missing; install {pkg}")
 
 
-def kernel_capabilities(s: Scenario) -> tuple[Capabilities, list[str]]:
+def kernel_capabilities() -> Capabilities:
     """Probe the kernel; raise on a missing required feature."""
     caps = probe()
     missing = caps.missing_required()
@@ -41,8 +41,7 @@ def kernel_capabilities(s: Scenario) -> tuple[Capabilities, list[str]]:
             + "; testbed cannot shape links without it"
         )
     # Missing optional features (netem) are reported by the shaping plan, once per run.
-    warnings: list[str] = []
-    return caps, warnings
+    return caps
 
 
 def host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:

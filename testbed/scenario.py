@@ -409,6 +409,10 @@ class Scenario(BaseModel):
                 raise _FieldError(("workloads", key, loc), msg) from None
         return self
 
+    def dscp_of(self, w: HorovodWorkload | WebsearchWorkload) -> int:
+        """The DSCP a workload marks its packets with: its own, or its class's first."""
+        return w.dscp if w.dscp is not None else self.tc_profile.cls(w.tc_class or "").mark
+
     def with_overrides(self, duration: float | None = None, seed: int | None = None) -> Scenario:
         data = self.model_dump(mode="json")
         if duration is not None:

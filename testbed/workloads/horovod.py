@@ -117,7 +117,7 @@ class HorovodJob:
         self.run_dir = run_dir
         self.dir = run_dir / "horovod"
         self.hosts = selected_hosts(topo, cfg.hosts)
-        self.dscp = cfg.dscp if cfg.dscp is not None else s.tc_profile.cls(cfg.tc_class or "").mark
+        self.dscp = s.dscp_of(cfg)
         self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
         self.rdv: Rendezvous | None = None
         self.start_at = 0.0

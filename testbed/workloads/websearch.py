@@ -55,7 +55,7 @@ class Websearch:
         self.run_dir = run_dir
         self.dir = run_dir / "websearch"
         self.hosts = selected_hosts(topo, cfg.hosts)
-        self.dscp = cfg.dscp if cfg.dscp is not None else s.tc_profile.cls(cfg.tc_class or "").mark
+        self.dscp = s.dscp_of(cfg)
         self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
         self.start_at = 0.0
         self.duration = 0.0
@@ -137,7 +137,7 @@ class Websearch:
         stop_all(p for _, p in self.procs)
 
     def collect(self) -> dict[str, Any]:
-        self.finish()
+        """After finish(): every generator has written its flows."""
         for h, p in self.procs:
             if p.poll() not in (None, 0):
                 raise RunFailure(f"websearch generator on {h.name} exited with code {p.returncode}")
