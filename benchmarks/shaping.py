@@ -30,6 +30,7 @@ from testbed.scenario import load_scenario_data
 
 
 def run_one(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    data = {"measure": {"warmup": "2s", "cooldown": "0s"}, **data}
     s = load_scenario_data({"name": name, **data}, "benchmark")
     with tempfile.TemporaryDirectory() as d:
         return run(s, out=Path(d) / "run").summary
@@ -61,7 +62,6 @@ def short_fct(profile: str, loaded: bool, rate: str, duration: str) -> float:
         "short": True,
         "short_size": "10KB",
         "short_interval": "50ms",
-        "warmup": "2s",
     }
     if profile == "fifo":
         lc["bulk_dscp"] = ["CS1"] if loaded else []
@@ -90,6 +90,7 @@ def setup_teardown(hosts: int) -> tuple[float, float]:
         "scale",
         {
             "duration": "0.5s",
+            "measure": {"warmup": "0s", "cooldown": "0s"},
             "topology": {"hosts": hosts, "link_rate": "100mbit"},
             "tc_profile": "thesis-2band",
         },

@@ -80,6 +80,47 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
+@main.command()
+@click.argument("scenario")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@_friendly
+def predict(scenario: str, as_json: bool) -> None:
+    """Predict the Horovod iteration time of SCENARIO from the event model (thesis ch. 4):
+    layer-wise backward, tensor fusion, ring allreduce per fused buffer on the link alone."""
+    from testbed.workloads.predict import for_scenario
+
+    s = load_scenario(scenario)
+    try:
+        p = for_scenario(s)
+    except ValueError as e:
+        raise ScenarioError(f"{scenario}: {e}") from None
+    if as_json:
+        click.echo(json.dumps(p, indent=2))
+        return
+    out = Console()
+    out.print(
+        f"{s.name}: {p['workers']} workers, {_fmt_rate(p['link_rate_bps'])} links, "
+        f"model {p['model_bytes'] / 1e6:.3g} MB, {p['bytes_per_iteration'] / 1e6:.3g} MB "
+        "per worker per iteration"
+    )
+    out.print(
+        f"compute {p['compute_s'] * 1e3:.1f} ms, network {p['network_s'] * 1e3:.1f} ms "
+        f"(TCP goodput {p['efficiency']:.3f} of the rate), "
+        f"R_cp_to_nw {p['compute_to_network_ratio']:.3g}"
+    )
+    out.print(
+        f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/], "
+        f"U_horovod {p['u_horovod_pct']:.2f}% of each link (no background load)"
+    )
+    t = Table(title="the same job with other gradient schedules")
+    for col in ("queue", "barrier", "iteration (ms)"):
+        t.add_column(col, justify="right")
+    for name, v in p["variants_s"].items():
+        queue, _, nob = name.partition("-")
+        t.add_row(queue, "off" if nob else "on", f"{v * 1e3:.1f}")
+    out.print(t)
+
+
 class RichUI:
     """Phases as a spinner line, the running phase as a bar with elapsed and remaining time."""
 
@@ -137,8 +178,9 @@ def up(
             d = parse_duration(duration)
         except ValueError as e:
             raise ScenarioError(f"--duration: {e}") from None
-    if d is not None or seed is not None:
-        s = s.with_overrides(duration=d, seed=seed)
+    changes = {k: v for k, v in (("duration", d), ("seed", seed)) if v is not None}
+    if changes:
+        s = s.with_overrides(changes)
     _console_logging(verbose)
     columns = (
         SpinnerColumn(),
@@ -171,9 +213,9 @@ def _plots_after_run(run_dir: Path) -> None:
         err_console.print(f"[yellow]warning:[/] plots not written: {e}")
 
 
-def _console_logging(verbose: bool) -> None:
+def _console_logging(verbose: bool, quiet: bool = False) -> None:
     h = RichHandler(console=err_console, show_path=False, show_time=False, markup=False)
-    h.setLevel(logging.DEBUG if verbose else logging.INFO)
+    h.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     lg = logging.getLogger("testbed")
     lg.addHandler(h)
     lg.setLevel(logging.DEBUG)
@@ -222,9 +264,14 @@ def _print_result(run_dir: Path, summary: dict[str, Any]) -> None:
 @click.option("--no-plots", is_flag=True, help="do not write PNG plots")
 @_friendly
 def report(runs: tuple[Path, ...], as_json: bool, no_plots: bool) -> None:
-    """Summarise RUN folders; with several, compare them against the first (the baseline)."""
+    """Summarise RUN folders; with several, compare them against the first (the baseline).
+    Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map."""
+    from testbed import aggregate as ag
     from testbed import report as rp
 
+    if len(runs) == 1 and ag.is_sweep(runs[0]):
+        _report_sweep(runs[0], as_json, no_plots)
+        return
     loaded = [rp.Run(p) for p in runs]
     data: dict[str, Any] = {"runs": [rp.describe_run(r) for r in loaded]}
     if len(loaded) > 1:
@@ -248,6 +295,61 @@ def report(runs: tuple[Path, ...], as_json: bool, no_plots: bool) -> None:
         out.print(f"plot: {p}")
 
 
+def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
+    from testbed import aggregate as ag
+
+    agg = ag.aggregate(path)
+    plot = None if no_plots else ag.plot_map(agg, path / "plots" / "map.png")
+    agg["plots"] = [str(plot)] if plot else []
+    if as_json:
+        click.echo(json.dumps(agg, indent=2))
+        return
+    out = Console()
+    cmp = agg["compare"]
+    r = agg["runs"]
+    out.print(
+        f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed; "
+        f"{cmp['axis']} compared against {cmp['baseline']!r}"
+    )
+    t = Table(
+        title="% change of the mean against the baseline, mean over seeds [min, max]; "
+        "flow-matched FCT change and censored flows (baseline/other) below"
+    )
+    for a in agg["axes"]:
+        t.add_column(a.rsplit(".", 1)[-1])
+    t.add_column(cmp["axis"])
+    t.add_column("seeds", justify="right")
+    for col in ("small", "medium", "large", "iteration", "small flows"):
+        t.add_column(col, justify="right")
+    for c in agg["cells"]:
+        ch, mc = c["change_pct"], c["matched_change_pct"]
+        t.add_row(
+            *(c["cell"][a] for a in agg["axes"]),
+            c[cmp["axis"]],
+            str(len(c["seeds"])),
+            *(
+                f"{_spread_text(ch[m])}\n{_spread_text(mc[m])} ({c['censored'][m]['baseline']}/"
+                f"{c['censored'][m]['run']})"
+                for m in ("small", "medium", "large")
+            ),
+            _spread_text(ch["iteration"]),
+            str(c["baseline_flows"]["small"]),
+        )
+    out.print(t)
+    for p in agg["plots"]:
+        out.print(f"plot: {p}")
+
+
+def _spread_text(s: dict[str, Any]) -> str:
+    from testbed.report import fmt_pct
+
+    if s["mean"] is None:
+        return "–"
+    if s["n"] == 1:
+        return fmt_pct(s["mean"])
+    return f"{fmt_pct(s['mean'])} [{s['min']:+.0f}, {s['max']:+.0f}]"
+
+
 def _print_run(out: Console, r: dict[str, Any]) -> None:
     from testbed.report import fmt_ms
 
@@ -255,20 +357,31 @@ def _print_run(out: Console, r: dict[str, Any]) -> None:
     h = r.get("horovod")
     if h:
         it = h["iteration_time_s"]
+        pred = h.get("predicted_iteration_s")
+        vs = ""
+        if pred and it["mean"]:
+            vs = f"; predicted {fmt_ms(pred)} ms alone on the links ({(it['mean'] / pred - 1) * 100:+.1f}%)"
         out.print(
             f"Horovod: {h['workers']} workers, {h['iterations']} iterations, class {h['class']}; "
-            f"iteration time mean {fmt_ms(it['mean'])} ms, p50 {fmt_ms(it['p50'])} ms, p99 {fmt_ms(it['p99'])} ms"
+            f"iteration time mean {fmt_ms(it['mean'])} ms, p50 {fmt_ms(it['p50'])} ms, "
+            f"p99 {fmt_ms(it['p99'])} ms{vs}"
         )
     w = r.get("websearch")
     if w:
         t = Table(
-            title=f"web-search flows: {w['flows_completed']}/{w['flows_started']} completed, class {w['class']}"
+            title=f"web-search flows started inside the measured window: {w['flows_measured']}, "
+            f"of which censored (unfinished at the drain limit): {w['censored']}; class {w['class']}"
         )
-        for col in ("size class", "flows", "FCT mean (ms)", "p50 (ms)", "p99 (ms)"):
+        for col in ("size class", "completed", "censored", "FCT mean (ms)", "p50 (ms)", "p99 (ms)"):
             t.add_column(col, justify="right")
         for cls, st in w["fct_s"].items():
             t.add_row(
-                cls, str(st["count"]), fmt_ms(st["mean"]), fmt_ms(st["p50"]), fmt_ms(st["p99"])
+                cls,
+                str(st["count"]),
+                str(st.get("censored", "–")),
+                fmt_ms(st["mean"]),
+                fmt_ms(st["p50"]),
+                fmt_ms(st["p99"]),
             )
         out.print(t)
     util = r.get("utilization") or {}
@@ -286,16 +399,20 @@ def _print_run(out: Console, r: dict[str, Any]) -> None:
 def _print_comparison(out: Console, cmp: dict[str, Any]) -> None:
     from testbed.report import CLASSES, fmt_pct
 
-    t = Table(title=f"change against the baseline {cmp['baseline']}")
+    t = Table(
+        title=f"change of the mean against the baseline {cmp['baseline']} "
+        "(censored flows, baseline/run, in brackets)"
+    )
     t.add_column("run")
     for c in CLASSES:
         t.add_column(f"FCT {c}", justify="right")
     t.add_column("iteration time", justify="right")
     for e in cmp["runs"]:
         fct = e.get("fct_mean_change_pct") or {}
+        cens = e.get("censored") or {}
         t.add_row(
             e["run"],
-            *(fmt_pct(fct.get(c)) for c in CLASSES),
+            *(f"{fmt_pct(fct.get(c))} {_censored(cens.get(c))}" for c in CLASSES),
             fmt_pct(e.get("iteration_time_mean_change_pct")),
         )
     out.print(t)
@@ -304,18 +421,163 @@ def _print_comparison(out: Console, cmp: dict[str, Any]) -> None:
         if not pf:
             continue
         t = Table(title=f"same seed, flow by flow: {e['run']} against the baseline")
-        for col in ("size class", "matched flows", "mean change", "median change", "faster"):
+        cols = (
+            "size class",
+            "matched flows",
+            "censored (base/run)",
+            "mean change",
+            "median change",
+            "faster",
+        )
+        for col in cols:
             t.add_column(col, justify="right")
         for c in CLASSES:
             st = pf[c]
             t.add_row(
                 c,
                 str(st["matched"]),
+                _censored(st.get("censored")),
                 fmt_pct(st["mean_change_pct"]),
                 fmt_pct(st["median_change_pct"]),
                 f"{st['faster']}/{st['matched']}",
             )
         out.print(t)
+
+
+def _censored(c: dict[str, int] | None) -> str:
+    return "" if not c else f"({c['baseline']}/{c['run']})"
+
+
+class _PointUI:
+    """One sweep point's phases and running bar, on a single line of the sweep display."""
+
+    def __init__(self, progress: Progress, task: TaskID, title: str) -> None:
+        self.p, self.task, self.title = progress, task, title
+
+    def phase(self, name: str) -> None:
+        self.p.update(self.task, description=f"  {self.title}: {name}")
+
+    def running(self, elapsed: float, total: float, info: str) -> None:
+        self.p.update(
+            self.task,
+            total=total,
+            completed=min(elapsed, total),
+            description=f"  {self.title}: running {info}",
+        )
+
+
+class _RichSweepUI:
+    def __init__(self, progress: Progress) -> None:
+        self.p = progress
+        self.overall: TaskID | None = None
+        self.current: TaskID | None = None
+        self.failed = 0
+
+    def start_point(self, point: Any, done: int, total: int, eta_s: float | None) -> _PointUI:
+        eta = f", about {_fmt_duration(eta_s)} left" if eta_s is not None else ""
+        text = f"sweep: {done}/{total} runs done{f', {self.failed} failed' if self.failed else ''}{eta}"
+        if self.overall is None:
+            self.overall = self.p.add_task(text, total=total, completed=done)
+        self.p.update(self.overall, description=text, completed=done)
+        if self.current is not None:
+            self.p.remove_task(self.current)
+        self.current = self.p.add_task(f"  {point.title}", total=None)
+        return _PointUI(self.p, self.current, f"#{point.index} {point.title}")
+
+    def end_point(self, outcome: Any, done: int, total: int) -> None:
+        self.failed += outcome.status == "failed"
+        if self.overall is None:
+            self.overall = self.p.add_task("sweep", total=total)
+        self.p.update(self.overall, completed=done)
+        if outcome.status == "failed":
+            self.p.console.print(
+                f"[red]run #{outcome.point.index} failed[/] ({outcome.point.title}): {outcome.error}",
+                highlight=False,
+            )
+
+
+def _fmt_duration(seconds: float) -> str:
+    m, sec = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
+
+
+@main.command()
+@click.argument("sweep_file", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="sweep folder (default: runs/sweep-NAME); an existing one is resumed",
+)
+@click.option("--plots", is_flag=True, help="also write each run's plots (slower)")
+@click.option(
+    "--dry-run", is_flag=True, help="list the points and their measured flows; run nothing"
+)
+@click.option("-v", "--verbose", is_flag=True, help="show each run's log messages")
+@_friendly
+def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbose: bool) -> None:
+    """Run every point of SWEEP_FILE (axes × paired axes × seeds), one after another.
+
+    A run that finished before (same resolved scenario) is not run again, so an interrupted
+    sweep resumes where it stopped; a failed run is recorded and the sweep goes on. Writes one
+    run folder per point, sweep.csv and sweep.json; `testbed report OUT` aggregates them."""
+    from testbed import sweep as sw
+
+    spec = sw.load_spec(sweep_file)
+    points = sw.expand(spec, sweep_file)
+    out = out or sw.default_out(spec)
+    if dry_run:
+        _print_dry_run(spec, points)
+        return
+    from testbed.orchestrator import run
+    from testbed.preflight import require_root
+
+    require_root("testbed sweep")
+    _console_logging(verbose, quiet=not verbose)
+
+    def run_one(scenario: Any, folder: Path, point_ui: Any) -> dict[str, Any]:
+        result = run(scenario, out=folder, ui=point_ui)
+        if plots:
+            _plots_after_run(folder)
+        return result.summary
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        outcomes = sw.run_sweep(spec, points, out, run_one, _RichSweepUI(progress))
+    ran = [o for o in outcomes if o.status in ("ok", "failed")]
+    failed = [o for o in outcomes if o.status == "failed"]
+    Console().print(
+        f"sweep {spec.name}: {len(points)} points, {len(ran)} run now "
+        f"({len(outcomes) - len(ran)} finished earlier), {len(failed)} failed; "
+        f"results in {out}/sweep.csv — aggregate with `testbed report {out}`"
+    )
+    if failed:
+        sys.exit(1)
+
+
+def _print_dry_run(spec: Any, points: list[Any]) -> None:
+    from testbed.metrics import size_class
+    from testbed.workloads.websearch import planned_flows
+
+    t = Table(title=f"sweep {spec.name}: {len(points)} runs")
+    for col in ("#", "point", "duration", "measured flows", "small"):
+        t.add_column(col, justify="right" if col != "point" else "left")
+    cells: dict[tuple[str, ...], int] = {}
+    total_s = 0.0
+    for p in points:
+        flows = planned_flows(p.scenario)
+        small = sum(1 for _, _, size in flows if size_class(size) == "small")
+        cell = tuple(v for k, v in p.labels.items() if k != "seed")
+        cells[cell] = cells.get(cell, 0) + small
+        total_s += p.scenario.duration
+        t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", str(len(flows)), str(small))
+    Console().print(t)
+    fewest = min(cells.items(), key=lambda kv: kv[1]) if cells else None
+    if fewest:
+        Console().print(
+            f"fewest measured small flows in one cell over its seeds: {fewest[1]} "
+            f"({', '.join(fewest[0])}); {_fmt_duration(total_s)} of measured run time in all"
+        )
 
 
 @main.command()

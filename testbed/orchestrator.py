@@ -29,10 +29,13 @@ from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.shaping.stats import class_counters
 from testbed.state import RunState, all_states, proc_start_time
 from testbed.topology import TopologyPlan, names_for, new_run_id, single_tor, valid_run_id
+from testbed.window import Window
 from testbed.workloads.linkcheck import Linkcheck
 
 log = logging.getLogger("testbed")
-RATE_WARMUP_S = 1.0  # link rates in the summary leave out the first second of the run
+START_MARGIN_S = 1.0  # between "go" and t0: every process reads its go file in time
+READY_TIMEOUT_S = 180.0  # imports and Horovod's rendezvous on a busy 2-core machine
+POLL_S = 0.5
 
 
 class Interrupted(BaseException):
@@ -49,7 +52,10 @@ class Workload(Protocol):
     name: str
 
     def targets(self) -> list[str]: ...  # its exporters' management addresses (ADDR:PORT)
-    def start(self, start_at: float, duration: float) -> None: ...
+    def launch(self) -> None: ...  # start the node processes; they initialise, then wait
+    def ready(self) -> tuple[int, int]: ...  # (processes ready, processes to wait for)
+    def go(self, window: Window) -> None: ...  # the common t0 and the measured window
+    def draining(self) -> bool: ...  # after the run: still waiting for in-window work to end
     def finish(self) -> None: ...  # the run is over: start no new work, keep exporters up
     def progress(self) -> str: ...  # a few words for the live display ("12 iterations")
     def check(self) -> None: ...  # raise RunFailure if a process died before its time
@@ -295,28 +301,23 @@ def _live(
         )  # fmt: skip
         stop.check()
         state.set_phase("starting workloads")
-        start_at = time.time() + 1.0  # let every process start, then begin together
         for w in workloads:
-            w.start(start_at, s.duration)
+            w.launch()
             stop.check()
         state.set_phase("running")  # every workload process exists from here on
+        t_ready = _wait_ready(workloads, metrics, ui, stop)
+        m = s.measure
+        window = Window(time.time() + START_MARGIN_S, s.duration, m.warmup, m.cooldown, m.drain)
+        for w in workloads:
+            w.go(window)
+        log.info(
+            "workloads ready in %.1f s; t0 in %.1f s, measured window [%.1f s, %.1f s] of %.1f s",
+            t_ready, START_MARGIN_S, *s.window, s.duration,
+        )  # fmt: skip
         ui.phase("running")
-        t_end = start_at + s.duration
-        window_start: Snapshot | None = None
-        while (now := time.time()) < t_end:
-            stop.check()
-            for w in workloads:
-                w.check()
-            metrics.check()
-            snap = _snapshot(rt, plans)
-            metrics.update(plans, snap)
-            if window_start is None and now >= start_at + min(RATE_WARMUP_S, s.duration / 2):
-                window_start = snap
-            live = "  ".join(x for x in [*(w.progress() for w in workloads), _live_info(snap)] if x)
-            ui.running(max(0.0, now - start_at), s.duration, live)
-            time.sleep(min(0.5, max(0.0, t_end - now)))
-        window_end = _snapshot(rt, plans)
-        ui.running(s.duration, s.duration, "")
+        snaps = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)
+        _drain(window, workloads, metrics, rt, plans, ui, stop)
+        t_drain = max(0.0, time.time() - window.end)
 
         stop.check()
         ui.phase("collecting")
@@ -328,7 +329,6 @@ def _live(
         sections = {}
         for w in workloads:
             sections[w.name] = w.collect()
-        links = _links(plans, final, window_start or window_end, window_end)
         summary = {
             "scenario": s.name,
             "run_id": run_id,
@@ -336,14 +336,14 @@ def _live(
             "duration_s": s.duration,
             "seed": s.seed,
             "tc_profile": s.tc_profile.name,
-            "started_at": start_at,
-            "setup_s": {"build": round(t_build, 3), "shape": round(t_shape, 3)},
-            "rate_window_s": [
-                round(w[0] - start_at, 3) for w in (window_start or window_end, window_end)
-            ],
-            "links": links,
+            "started_at": window.t0,
+            "window": window.summary(),
+            "setup_s": {"build": round(t_build, 3), "shape": round(t_shape, 3),
+                        "workloads_ready": round(t_ready, 3)},
+            "drain_s": round(t_drain, 3),
+            "links": _links(plans, final, *snaps),
             **sections,
-        }
+        }  # fmt: skip
         summary["metrics"] = metrics.section(summary)
         return summary
     finally:
@@ -353,6 +353,90 @@ def _live(
         if metrics is not None:
             metrics.stop()
         rt.close()
+
+
+def _wait_ready(
+    workloads: list[Workload], metrics: MetricsSession, ui: UI, stop: StopFlag
+) -> float:
+    """Until every workload process has initialised (imports, Horovod's rendezvous)."""
+    t0 = time.monotonic()
+    while True:
+        counts = {w.name: w.ready() for w in workloads}
+        if all(n >= total for n, total in counts.values()):
+            return time.monotonic() - t0
+        waited = time.monotonic() - t0
+        late = ", ".join(f"{k} {n}/{t}" for k, (n, t) in counts.items() if n < t)
+        if waited > READY_TIMEOUT_S:
+            raise RunFailure(
+                f"workloads not ready after {READY_TIMEOUT_S:.0f} s ({late} ready); "
+                "see the logs in the run folder"
+            )
+        stop.check()
+        for w in workloads:
+            w.check()
+        metrics.check()
+        ui.phase(f"starting workloads: {late} ready")
+        time.sleep(0.1)
+
+
+def _run_window(
+    s: Scenario,
+    window: Window,
+    workloads: list[Workload],
+    metrics: MetricsSession,
+    rt: NetnsRuntime,
+    plans: list[InterfacePlan],
+    ui: UI,
+    stop: StopFlag,
+) -> tuple[Snapshot, Snapshot]:
+    """From t0 to the end of the run; the link counters are read at the two edges of the
+    measured window itself, so link rates cover exactly what the flows and iterations do."""
+    edges: list[Snapshot] = []
+    marks = [window.start, window.stop]
+    while (now := time.time()) < window.end:
+        stop.check()
+        for w in workloads:
+            w.check()
+        metrics.check()
+        snap = _snapshot(rt, plans)
+        metrics.update(plans, snap)
+        while marks and snap[0] >= marks[0]:
+            edges.append(snap)
+            marks.pop(0)
+        live = "  ".join(x for x in [*(w.progress() for w in workloads), _live_info(snap)] if x)
+        ui.running(max(0.0, now - window.t0), s.duration, live)
+        wake = min([now + POLL_S, window.end, *marks])
+        time.sleep(max(0.0, wake - time.time()))
+    last = _snapshot(rt, plans)
+    while len(edges) < 2:
+        edges.append(last)
+    ui.running(s.duration, s.duration, "")
+    return edges[0], edges[1]
+
+
+def _drain(
+    window: Window,
+    workloads: list[Workload],
+    metrics: MetricsSession,
+    rt: NetnsRuntime,
+    plans: list[InterfacePlan],
+    ui: UI,
+    stop: StopFlag,
+) -> None:
+    """After the run: the training keeps running while flows that started inside the window
+    finish (each generator gives up at the drain limit and counts the rest as censored)."""
+    deadline = window.end + window.drain + 15.0  # the generators' own limit, then some
+    while any(w.draining() for w in workloads):
+        if time.time() > deadline:
+            log.warning("workloads still draining %.0f s after the drain limit", 15.0)
+            return
+        stop.check()
+        for w in workloads:
+            w.check()
+        metrics.check()
+        metrics.update(plans, _snapshot(rt, plans))
+        ui.phase(f"draining: in-window flows finish (at most {window.drain:g} s)")
+        time.sleep(0.2)
 
 
 def make_workloads(
@@ -382,8 +466,8 @@ def _snapshot(rt: NetnsRuntime, plans: list[InterfacePlan]) -> Snapshot:
 def _links(
     plans: list[InterfacePlan], final: Snapshot, w0: Snapshot, w1: Snapshot
 ) -> list[dict[str, Any]]:
-    """Per direction and class: the queue's counters (what `tc -s class show` prints) and the
-    mean rate over the run window [w0, w1] (the first second, TCP's slow start, left out)."""
+    """Per direction and class: the queue's counters at the end (what `tc -s class show`
+    prints) and the mean rate over the measured window [w0, w1]."""
     out = []
     span = w1[0] - w0[0]
     for i, p in enumerate(plans):

@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ScenarioError
+from testbed.errors import ScenarioError, TestbedError
 from testbed.metrics import describe, size_class
+from testbed.window import Window
 
 CLASSES = ("small", "medium", "large", "all")
 
@@ -61,15 +62,8 @@ class Run:
             }
         return out
 
-    def window(self) -> tuple[float, float] | None:
-        w = self.websearch
-        started = self.summary.get("started_at")
-        if started is None or w is None:
-            return None
-        scen = self.scenario().get("workloads", {}).get("websearch", {})
-        warm = _seconds(scen.get("warmup", 2.0))
-        cool = _seconds(scen.get("cooldown", 2.0))
-        return started + warm, started + self.summary["duration_s"] - cool
+    def window(self) -> Window | None:
+        return Window.from_summary(self.summary)
 
     def scenario(self) -> dict[str, Any]:
         import yaml
@@ -77,18 +71,19 @@ class Run:
         p = self.path / "scenario.yaml"
         return yaml.safe_load(p.read_text()) if p.is_file() else {}
 
+    def predicted_iteration(self) -> float | None:
+        """The event model's iteration time for this run's scenario, alone on its links."""
+        from testbed.scenario import load_scenario
+        from testbed.workloads.predict import for_scenario
+
+        try:
+            return for_scenario(load_scenario(self.path / "scenario.yaml"))["iteration_s"]
+        except (TestbedError, ValueError, OSError):
+            return None
+
     def flows_in_window(self) -> list[dict[str, str]]:
-        w = self.window()
-        flows = self.rows("flows.csv")
-        if w is None:
-            return flows
-        return [f for f in flows if w[0] <= float(f["start"]) < w[1]]
-
-
-def _seconds(v: Any) -> float:
-    from testbed.units import parse_duration
-
-    return parse_duration(v)
+        """The measured flows: those that started inside the window, completed or censored."""
+        return [f for f in self.rows("flows.csv") if f.get("measured") == "True"]
 
 
 def describe_run(run: Run) -> dict[str, Any]:
@@ -100,10 +95,12 @@ def describe_run(run: Run) -> dict[str, Any]:
     if run.horovod:
         h = run.horovod
         out["horovod"] = {"workers": h["workers"], "iterations": h["iterations"], "class": h.get("class"),
-                          "iteration_time_s": h["iteration_time_s"]}  # fmt: skip
+                          "iteration_time_s": h["iteration_time_s"],
+                          "predicted_iteration_s": run.predicted_iteration()}  # fmt: skip
     if run.websearch:
         w = run.websearch
         out["websearch"] = {"flows_started": w["flows_started"], "flows_completed": w["flows_completed"],
+                            "flows_measured": w.get("flows_measured"), "censored": w.get("censored"),
                             "class": w.get("class"), "fct_s": w["fct_s"]}  # fmt: skip
     out["utilization"] = run.utilization()
     return out
@@ -125,6 +122,14 @@ def compare(runs: list[Run]) -> dict[str, Any]:
                 c: _pct(other.websearch["fct_s"][c]["mean"], base.websearch["fct_s"][c]["mean"])
                 for c in CLASSES
             }
+            # a censored flow has no FCT: the means above leave it out, so say how many
+            entry["censored"] = {
+                c: {
+                    "baseline": base.websearch["fct_s"][c].get("censored", 0),
+                    "run": other.websearch["fct_s"][c].get("censored", 0),
+                }
+                for c in CLASSES
+            }
         if base.horovod and other.horovod:
             entry["iteration_time_mean_change_pct"] = _pct(
                 other.horovod["iteration_time_s"]["mean"], base.horovod["iteration_time_s"]["mean"]
@@ -140,29 +145,40 @@ def compare(runs: list[Run]) -> dict[str, Any]:
 
 
 def per_flow(base: Run, other: Run) -> dict[str, Any]:
-    """Same seed → same flow ids, sizes, destinations and arrival offsets: compare flow by flow."""
-    a = {f["id"]: f for f in base.flows_in_window() if f["completed"] == "True"}
-    b = {f["id"]: f for f in other.rows("flows.csv") if f["completed"] == "True"}
+    """Same seed → same flow ids, sizes, destinations and arrival offsets: compare flow by flow.
+    Only flows completed in both runs have two FCTs; those censored in either run are counted
+    beside the result, so the flows that suffered most cannot vanish unseen."""
+    a = {f["id"]: f for f in base.flows_in_window()}
+    b = {f["id"]: f for f in other.rows("flows.csv")}
     out: dict[str, Any] = {}
     for c in CLASSES:
         changes = []
+        censored = {"baseline": 0, "run": 0}
         for fid, fa in a.items():
             fb = b.get(fid)
             if fb is None or fb["size_bytes"] != fa["size_bytes"]:
                 continue
             if c != "all" and size_class(int(fa["size_bytes"])) != c:
                 continue
-            changes.append((float(fb["fct_s"]) - float(fa["fct_s"])) / float(fa["fct_s"]) * 100)
+            done_a, done_b = fa["completed"] == "True", fb["completed"] == "True"
+            censored["baseline"] += not done_a
+            censored["run"] += not done_b
+            if done_a and done_b:
+                changes.append(flow_change_pct(fa, fb))
         d = describe(changes)
         out[c] = {"matched": d["count"], "mean_change_pct": d["mean"], "median_change_pct": d["p50"],
-                  "faster": sum(1 for x in changes if x < 0)}  # fmt: skip
+                  "faster": sum(1 for x in changes if x < 0), "censored": censored}  # fmt: skip
     return out
+
+
+def flow_change_pct(base: dict[str, str], other: dict[str, str]) -> float:
+    return (float(other["fct_s"]) - float(base["fct_s"])) / float(base["fct_s"]) * 100
 
 
 # ---------------------------------------------------------------- plots
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -174,7 +190,7 @@ def _plt() -> Any:
 def plot_fct_cdf(runs: list[Run], out: Path) -> Path | None:
     if not any(r.websearch for r in runs):
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, cls in zip(axes, ("small", "medium", "large"), strict=True):
         for r in runs:
@@ -205,7 +221,7 @@ def plot_iterations(run: Run, out: Path) -> Path | None:
     its = run.rows("iterations.csv")
     if not its:
         return None
-    plt = _plt()
+    plt = pyplot()
     t0 = run.summary.get("started_at") or min(float(r["start"]) for r in its)
     fig, ax = plt.subplots(figsize=(9, 3.8))
     for worker in sorted({r["worker"] for r in its}):
@@ -238,7 +254,7 @@ def plot_utilization(run: Run, out: Path) -> Path | None:
             (float(r["time"]), int(r["bytes"]))
         )
     t0 = run.summary.get("started_at") or min(float(r["time"]) for r in rows)
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
     for ax, direction in zip(axes, ("up", "down"), strict=True):
         classes = sorted({k[2] for k in series if k[1] == direction})
@@ -286,7 +302,7 @@ def plot_timeline(run: Run, out: Path, iterations: int = 5) -> Path | None:
         return None
     t0 = min(float(r["start"]) for r in chosen)
     workers = sorted({r["worker"] for r in chosen})
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(workers)))
     for y, worker in enumerate(workers):
         for r in (r for r in chosen if r["worker"] == worker):

@@ -173,6 +173,41 @@ class Topology(BaseModel):
         return self
 
 
+def _refuse_moved(data: Any, keys: tuple[str, ...]) -> Any:
+    """Fields that moved to `measure:` get a message that says where, not "unknown field"."""
+    if isinstance(data, dict):
+        for k in keys:
+            if k in data:
+                raise _FieldError(
+                    (k,),
+                    f"moved: one measured window serves the whole run; set measure.{k} "
+                    "at the top level of the scenario instead",
+                )
+    return data
+
+
+class Measure(BaseModel):
+    """The measured window, one for the whole run: links, flows and iterations alike.
+
+    The workloads start together at t0; statistics cover [t0 + warmup, t0 + duration - cooldown].
+    Load keeps arriving through the cool-down, so flows near the end of the window see the same
+    network as the rest. After the run, web-search flows that started inside the window are
+    given up to `drain` to finish (the training keeps running meanwhile); flows still running
+    then are counted as censored, never silently dropped."""
+
+    model_config = _Strict
+
+    warmup: Duration = Field(2.0, ge=0, description="left out at the start (raw records keep it)")
+    cooldown: Duration = Field(2.0, ge=0, description="left out at the end (raw records keep it)")
+    drain: Duration = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="after the run: the longest wait for web-search flows that started inside "
+        "the window; those still running then are counted as censored",
+    )
+
+
 class LinkcheckWorkload(BaseModel):
     """Bulk TCP per traffic class plus short request/response transfers: checks the links."""
 
@@ -202,8 +237,38 @@ class LinkcheckWorkload(BaseModel):
     short_size: Size = Field(
         10_000, ge=1, le=100_000_000, description="response size of a short transfer"
     )
-    warmup: Duration = Field(1.0, ge=0, description="excluded from goodput (TCP slow start)")
     port: int = Field(5201, ge=1024, le=65535)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        return _refuse_moved(data, ("warmup", "cooldown"))
+
+
+class Placement(BaseModel):
+    """Resolved when the scenario is loaded: the class and DSCP a workload's packets carry."""
+
+    model_config = _Strict
+
+    tc_class: str
+    dscp: int
+
+
+class HorovodDerived(Placement):
+    """Values derived from a Horovod workload's inputs (thesis formulas 5.1 and 5.2)."""
+
+    compute_time: Duration
+    compute_to_network_ratio: float
+    model_bytes: int
+    bytes_per_iteration: int
+
+
+class WebsearchDerived(Placement):
+    """Values derived from a web-search workload's inputs (thesis formula 5.3, per host)."""
+
+    arrival_rate: float = Field(description="flows per second started by each host")
+    utilization: float = Field(description="percent of one host link's rate")
+    mean_flow_size: float
 
 
 class _Placed(BaseModel):
@@ -218,12 +283,16 @@ class _Placed(BaseModel):
     dscp: Dscp | None = Field(
         None, description="DSCP to mark the packets with, instead of tc_class"
     )
-    warmup: Duration = Field(
-        2.0, ge=0, description="left out of the statistics (kept in raw records)"
-    )
-    cooldown: Duration = Field(
-        2.0, ge=0, description="left out of the statistics (kept in raw records)"
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        data = _refuse_moved(data, ("warmup", "cooldown"))
+        if isinstance(data, dict) and "derived" in data:
+            # A resolved scenario shows its derived values; they are recomputed from the
+            # inputs on every load, so a changed link rate or host count re-derives them.
+            data = {k: v for k, v in data.items() if k != "derived"}
+        return data
 
 
 class HorovodWorkload(_Placed):
@@ -262,16 +331,26 @@ class HorovodWorkload(_Placed):
     device: Literal["cpu", "cuda"] = "cpu"
     batch_size: int = Field(16, ge=1, description="real mode: samples per step")
 
-    # derived when the scenario is resolved (shown in the run folder's scenario.yaml)
-    model_bytes: int | None = None
-    bytes_per_iteration: int | None = None
+    derived: HorovodDerived | None = Field(
+        None,
+        description="written when the scenario is resolved; ignored on input",
+        json_schema_extra={"readOnly": True},
+    )
+
+    @property
+    def d(self) -> HorovodDerived:
+        """The derived values (always there once the scenario has been loaded)."""
+        assert self.derived is not None, "scenario not resolved"
+        return self.derived
 
 
 SIZE_CDFS = ("websearch", "datamining")
 
 
 class WebsearchWorkload(_Placed):
-    """Latency-critical background flows: a new TCP connection per flow, Poisson arrivals."""
+    """Latency-critical background flows: a new TCP connection per flow, Poisson arrivals at
+    every host. As in the thesis, the arrival rate is each host's, and the utilization is the
+    load this workload puts on one host link."""
 
     sizes: str = Field(
         "websearch",
@@ -279,17 +358,30 @@ class WebsearchWorkload(_Placed):
         "'bytes,cdf' rows (path relative to the scenario)",
     )
     arrival_rate: float | None = Field(
-        None, gt=0, description="flows per second over the whole network"
+        None,
+        gt=0,
+        description="flows per second started by EACH host (Poisson), to uniformly random other "
+        "hosts; the thesis' 23-184 flows/s are per host",
     )
     utilization: Percent | None = Field(
         None,
         gt=0,
         le=100,
-        description="U = arrival_rate · mean flow size · 8 / link rate; sets arrival_rate",
+        description="the load on one host link: arrival_rate (per host) · mean flow size · 8 / "
+        "link rate (thesis formula 5.3); sets arrival_rate",
     )
     port: int = Field(5301, ge=1024, le=65535)
 
-    mean_flow_size: float | None = None  # derived
+    derived: WebsearchDerived | None = Field(
+        None,
+        description="written when the scenario is resolved; ignored on input",
+        json_schema_extra={"readOnly": True},
+    )
+
+    @property
+    def d(self) -> WebsearchDerived:
+        assert self.derived is not None, "scenario not resolved"
+        return self.derived
 
 
 class Workloads(BaseModel):
@@ -334,6 +426,7 @@ class Scenario(BaseModel):
     description: str = ""
     seed: int = Field(1, ge=0, le=2**32 - 1)
     duration: Duration = Field(30.0, gt=0, le=7 * 24 * 3600)
+    measure: Measure = Field(default_factory=Measure)
     runtime: Literal["netns", "docker"] = "netns"
     topology: Topology
     tc_profile: TcProfile = Field(
@@ -351,6 +444,17 @@ class Scenario(BaseModel):
             base = (info.context or {}).get("base_dir")
             return load_profile_data(value, base)
         return value
+
+    @model_validator(mode="after")
+    def _window(self) -> Scenario:
+        m = self.measure
+        if m.warmup + m.cooldown >= self.duration:
+            raise _FieldError(
+                ("measure",),
+                f"warmup + cooldown ({format_duration(m.warmup + m.cooldown)}) leave nothing of "
+                f"duration ({format_duration(self.duration)}) to measure; shorten them or run longer",
+            )
+        return self
 
     @model_validator(mode="after")
     def _cross_refs(self) -> Scenario:
@@ -409,17 +513,51 @@ class Scenario(BaseModel):
                 raise _FieldError(("workloads", key, loc), msg) from None
         return self
 
-    def dscp_of(self, w: HorovodWorkload | WebsearchWorkload) -> int:
-        """The DSCP a workload marks its packets with: its own, or its class's first."""
-        return w.dscp if w.dscp is not None else self.tc_profile.cls(w.tc_class or "").mark
+    @property
+    def window(self) -> tuple[float, float]:
+        """The measured window as offsets from the workloads' common start (seconds)."""
+        return self.measure.warmup, self.duration - self.measure.cooldown
 
-    def with_overrides(self, duration: float | None = None, seed: int | None = None) -> Scenario:
-        data = self.model_dump(mode="json")
-        if duration is not None:
-            data["duration"] = duration
-        if seed is not None:
-            data["seed"] = seed
-        return load_scenario_data(data, source="command line")
+    def with_overrides(self, overrides: dict[str, Any], source: str = "command line") -> Scenario:
+        """This scenario with dotted-path values replaced, re-resolved from its inputs
+        (e.g. {"topology.link_rate": "1gbit"} re-derives compute times and arrival rates)."""
+        data = apply_overrides(self.model_dump(mode="json"), overrides)
+        return load_scenario_data(data, source=source)
+
+
+# Inputs that set one another: giving one in an override drops the other from the same object.
+EXCLUSIVE = (
+    ("compute_time", "compute_to_network_ratio"),
+    ("arrival_rate", "utilization"),
+    ("tc_class", "dscp"),
+)
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted paths in a scenario mapping (a copy). A value that replaces its partner in
+    EXCLUSIVE removes that partner, so `utilization` overrides a base that gave `arrival_rate`."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for path, value in overrides.items():
+        parts = path.split(".")
+        node = out
+        for i, key in enumerate(parts[:-1]):
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise ScenarioError(
+                    f"{path}: {'.'.join(parts[: i + 1])} is not a mapping, cannot set {parts[-1]}"
+                )
+            node = child
+        leaf = parts[-1]
+        node[leaf] = value
+        for a, b in EXCLUSIVE:
+            partner = b if leaf == a else a if leaf == b else None
+            if partner is not None and value is not None:
+                node.pop(partner, None)
+    return out
 
 
 def _loc(loc: tuple[str | int, ...]) -> str:

@@ -4,8 +4,9 @@
   R_cp_to_nw           = compute time · link rate / (bytes per iteration · 8)
   U_background         = arrival rate · mean flow size · 8 / link rate
 
-Either side of each equation may be given; the other is derived and written back, so the
-resolved scenario shows both. Both given must agree (a resolved scenario reloads unchanged).
+Either side of each equation may be given, not both; the other is derived into the workload's
+`derived` block. The inputs stay as given, so a resolved scenario can be changed (a new link
+rate, more hosts) and re-resolved: `derived` is recomputed on every load.
 """
 
 from __future__ import annotations
@@ -22,10 +23,6 @@ if TYPE_CHECKING:
 DEFAULT_COMPUTE_S = 0.9  # thesis Table 4.1
 
 
-def _agree(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-4)
-
-
 def layers_for(w: Any) -> list[models.Layer]:
     """The synthetic worker's layers: sizes scaled, compute spread (no I/O beyond the trace)."""
     if w.profile:
@@ -34,24 +31,33 @@ def layers_for(w: Any) -> list[models.Layer]:
         layers = models.MODELS[w.model]()
     if w.model_size:
         layers = models.scale_to(layers, w.model_size)
-    if w.compute_time is not None and not (
-        w.profile and math.isclose(models.total_compute(layers), w.compute_time)
-    ):
-        layers = models.with_compute(layers, w.compute_time)
+    compute = w.d.compute_time
+    if not (w.profile and math.isclose(models.total_compute(layers), compute)):
+        layers = models.with_compute(layers, compute)
     return layers
 
 
 def resolve(s: Scenario, key: str, w: Any, base_dir: Path | None) -> None:
-    if key == "horovod":
-        _horovod(s, w, base_dir)
+    """Fill in `w.derived` from the inputs; the inputs themselves are left as given."""
+    from testbed.scenario import Placement
+
+    # Horovod defaults to the profile's default class; load to the highest class.
+    if w.dscp is not None:
+        place = Placement(tc_class=s.tc_profile.class_of(w.dscp), dscp=w.dscp)
     else:
-        _websearch(s, w, base_dir)
-    if w.tc_class is None and w.dscp is None:
-        # Horovod defaults to the profile's default class; load to the highest class.
-        w.tc_class = s.tc_profile.default if key == "horovod" else s.tc_profile.class_names[0]
+        name = w.tc_class or (
+            s.tc_profile.default if key == "horovod" else s.tc_profile.class_names[0]
+        )
+        place = Placement(tc_class=name, dscp=s.tc_profile.cls(name).mark)
+    if key == "horovod":
+        _horovod(s, w, base_dir, place)
+    else:
+        _websearch(s, w, base_dir, place)
 
 
-def _horovod(s: Scenario, w: Any, base_dir: Path | None) -> None:
+def _horovod(s: Scenario, w: Any, base_dir: Path | None, place: Any) -> None:
+    from testbed.scenario import HorovodDerived
+
     if w.profile:
         p = Path(w.profile)
         p = p if p.is_absolute() else (base_dir or Path.cwd()) / p
@@ -68,33 +74,51 @@ def _horovod(s: Scenario, w: Any, base_dir: Path | None) -> None:
     n = len(w.hosts) if w.hosts else s.topology.hosts
     bpi = round(2 * (1 - 1 / n) * model_bytes)
     link = s.topology.link_rate
-    w.model_bytes, w.bytes_per_iteration = model_bytes, bpi
     if w.compute_to_network_ratio is not None:
-        derived = w.compute_to_network_ratio * bpi * 8 / link
-        if w.compute_time is not None and not _agree(w.compute_time, derived):
+        if w.compute_time is not None:
             raise ValueError(
                 "compute_time: give compute_time or compute_to_network_ratio, not both"
             )
-        w.compute_time = derived
+        ratio = w.compute_to_network_ratio
+        compute = ratio * bpi * 8 / link
     else:
-        if w.compute_time is None:
-            w.compute_time = models.total_compute(layers) if w.profile else DEFAULT_COMPUTE_S
-        w.compute_to_network_ratio = w.compute_time * link / (bpi * 8)
+        compute = w.compute_time
+        if compute is None:
+            compute = models.total_compute(layers) if w.profile else DEFAULT_COMPUTE_S
+        ratio = compute * link / (bpi * 8)
+    w.derived = HorovodDerived(
+        **place.model_dump(),
+        compute_time=compute,
+        compute_to_network_ratio=ratio,
+        model_bytes=model_bytes,
+        bytes_per_iteration=bpi,
+    )
 
 
-def _websearch(s: Scenario, w: Any, base_dir: Path | None) -> None:
+def _websearch(s: Scenario, w: Any, base_dir: Path | None, place: Any) -> None:
+    """Per host, as in the thesis: each host starts `arrival_rate` flows/s, so each host link
+    carries arrival_rate · mean size on average (its own flows' replies come in on its downlink,
+    and the requests of the others go out on its uplink)."""
+    from testbed.scenario import WebsearchDerived
+
     try:
         cdf, w.sizes = flowsizes.resolve(w.sizes, base_dir)
     except ValueError as e:
         raise ValueError(f"sizes: {e}") from None
-    w.mean_flow_size = round(flowsizes.mean(cdf), 1)
+    mean = round(flowsizes.mean(cdf), 1)
     link = s.topology.link_rate
     if w.utilization is not None:
-        derived = w.utilization / 100 * link / (w.mean_flow_size * 8)
-        if w.arrival_rate is not None and not _agree(w.arrival_rate, derived):
+        if w.arrival_rate is not None:
             raise ValueError("arrival_rate: give arrival_rate or utilization, not both")
-        w.arrival_rate = derived
+        util = w.utilization
+        rate = util / 100 * link / (mean * 8)
     elif w.arrival_rate is not None:
-        w.utilization = w.arrival_rate * w.mean_flow_size * 8 / link * 100
+        rate = w.arrival_rate
+        util = rate * mean * 8 / link * 100
     else:
-        raise ValueError("arrival_rate: set arrival_rate (flows/s) or utilization (e.g. 12.5%)")
+        raise ValueError(
+            "arrival_rate: set arrival_rate (flows/s per host) or utilization (e.g. 12.5%)"
+        )
+    w.derived = WebsearchDerived(
+        **place.model_dump(), arrival_rate=rate, utilization=util, mean_flow_size=mean
+    )

@@ -32,6 +32,7 @@ from testbed.metrics.exporters import HOROVOD_PORT
 from testbed.runtime.netns import NETNS_DIR, NetnsRuntime
 from testbed.scenario import HorovodWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
+from testbed.window import Window
 from testbed.workloads import derive
 from testbed.workloads.horovod_worker import FIELDS
 from testbed.workloads.procs import count_rows, read_csvs, stop_all
@@ -117,11 +118,11 @@ class HorovodJob:
         self.run_dir = run_dir
         self.dir = run_dir / "horovod"
         self.hosts = selected_hosts(topo, cfg.hosts)
-        self.dscp = s.dscp_of(cfg)
+        self.dscp = cfg.d.dscp
         self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
         self.rdv: Rendezvous | None = None
-        self.start_at = 0.0
-        self.duration = 0.0
+        self.go_file = self.dir / "go.json"
+        self.window: Window | None = None
 
     def _config(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -136,8 +137,7 @@ class HorovodJob:
             "seed": self.s.seed,
         }
 
-    def start(self, start_at: float, duration: float) -> None:
-        self.start_at, self.duration = start_at, duration
+    def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "worker-config.json"
         config.write_text(json.dumps(self._config()))
@@ -188,6 +188,8 @@ class HorovodJob:
                 h.name,
                 "--hostname",
                 str(h.data_ip),
+                "--go",
+                str(self.go_file),
             ]
             if self.s.metrics.prometheus != "off":
                 argv += ["--metrics", f"{h.mgmt_ip}:{HOROVOD_PORT}"]
@@ -199,10 +201,24 @@ class HorovodJob:
             len(self.hosts),
             self.cfg.mode,
             self.dscp,
-            self.s.tc_profile.class_of(self.dscp),
-            (self.cfg.compute_time or 0) * 1e3,
-            self.cfg.compute_to_network_ratio or 0,
+            self.cfg.d.tc_class,
+            self.cfg.d.compute_time * 1e3,
+            self.cfg.d.compute_to_network_ratio,
         )
+
+    def _marker(self, h: Host, kind: str) -> Path:
+        return self.dir / f"iterations-{h.name}.{kind}"
+
+    def ready(self) -> tuple[int, int]:
+        """Workers are ready once Horovod is initialised and every rank is connected."""
+        return sum(self._marker(h, "ready").exists() for h in self.hosts), len(self.hosts)
+
+    def go(self, window: Window) -> None:
+        self.window = window
+        window.write(self.go_file)
+
+    def draining(self) -> bool:
+        return False  # training runs on until finish(); it has nothing of its own to drain
 
     def targets(self) -> list[str]:
         if self.s.metrics.prometheus == "off":
@@ -214,15 +230,25 @@ class HorovodJob:
         return f"{n} iterations"
 
     def finish(self) -> None:
-        """Start no new iteration (SIGUSR1); wait until every worker says so, or until ranks
-        that wait on a peer's last allreduce clearly never will."""
+        """Ask for the collective stop (SIGUSR1 to every worker; they agree on the last
+        iteration among themselves) and wait for every worker's `.done`: at most two
+        iterations, and the run's slowest iteration bounds how long one can take."""
         for _, p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + max(5.0, 3 * (self.cfg.compute_time or 1.0))
-        done = [self.dir / f"iterations-{h.name}.done" for h in self.hosts]
+        longest = max([self.cfg.d.compute_time, *(float(r["duration_s"]) for r in self.records())])
+        deadline = time.monotonic() + max(10.0, 3 * longest)
+        done = [self._marker(h, "done") for h in self.hosts]
         while not all(d.exists() for d in done) and time.monotonic() < deadline:
-            time.sleep(0.1)
+            if any(p.poll() not in (None, 0) for _, p in self.procs):
+                break
+            time.sleep(0.05)
+        if not all(d.exists() for d in done):
+            log.warning(
+                "horovod: workers %s did not stop within %.0f s",
+                ", ".join(h.name for h, d in zip(self.hosts, done, strict=True) if not d.exists()),
+                max(10.0, 3 * longest),
+            )
 
     def check(self) -> None:
         for h, p in self.procs:
@@ -247,27 +273,38 @@ class HorovodJob:
         return read_csvs(self.dir / f"iterations-{h.name}.csv" for h in self.hosts)
 
     def summarize(self) -> dict[str, Any]:
+        assert self.window is not None
         rows = self.records()
         with open(self.run_dir / "iterations.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)
             w.writeheader()
             w.writerows(sorted(rows, key=lambda r: (int(r["iteration"]), int(r["rank"]))))
-        lo = self.start_at + self.cfg.warmup
-        hi = self.start_at + self.duration - self.cfg.cooldown
-        inside = [r for r in rows if lo <= float(r["start"]) and float(r["end"]) <= hi]
+        win = self.window
+        inside = [
+            r for r in rows if win.contains(float(r["start"])) and float(r["end"]) <= win.stop
+        ]
         per_worker = {h.name: sum(1 for r in rows if r["worker"] == h.name) for h in self.hosts}
         stat = describe([float(r["duration_s"]) for r in inside])
+        d = self.cfg.d
         return {
             "workers": len(self.hosts),
             "iterations": min(per_worker.values()) if per_worker else 0,
             "iterations_per_worker": per_worker,
             "iterations_measured": len(inside) // max(1, len(self.hosts)),
             "iteration_time_s": {k: stat[k] for k in ("mean", "p50", "p99")},
-            "compute_time_s": self.cfg.compute_time if self.cfg.mode == "synthetic" else None,
+            "compute_time_s": d.compute_time if self.cfg.mode == "synthetic" else None,
+            "compute_to_network_ratio": d.compute_to_network_ratio,
+            "bytes_per_iteration": d.bytes_per_iteration,
             "compute_s_mean": _mean([float(r["compute_s"]) for r in inside]),
             "wait_s_mean": _mean([float(r["wait_s"]) for r in inside]),
+            # physics: no iteration can be faster than its compute
+            "min_iteration_over_compute": (
+                min(float(r["duration_s"]) / float(r["compute_s"]) for r in inside)
+                if inside and self.cfg.mode == "synthetic"
+                else None
+            ),
             "dscp": self.dscp,
-            "class": self.s.tc_profile.class_of(self.dscp),
+            "class": d.tc_class,
             "mode": self.cfg.mode,
         }
 

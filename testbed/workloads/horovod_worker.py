@@ -9,10 +9,19 @@ synthetic: real float32 gradient tensors with the layer sizes of the profile; co
   with `barrier`.
 real: trains a small CNN on random data with hvd.DistributedOptimizer.
 
+Start and stop are common to all ranks. A worker initialises (imports, hvd.init, one line-up
+allreduce), writes a `.ready` marker, waits for the orchestrator's go file and starts its
+first iteration at the common t0, so no rank's ramp-up lands in the measured window. At the
+end of the run the orchestrator sends SIGUSR1 to every worker; the ranks do not act on it
+alone (one rank stopping early would leave the others blocked in an allreduce): each iteration
+reduces a one-element stop flag (max over ranks) alongside its gradients, and every rank stops
+after the same iteration. Then each writes a `.done` marker and keeps its exporter up for a
+final scrape, until SIGTERM.
+
 Every iteration is appended to a CSV as it ends, so a killed run keeps its records, and
-counted by a Prometheus exporter on the management address when `--metrics` is given.
-At the end of the run the orchestrator sends SIGUSR1: the worker starts no new iteration, writes
-a `.done` marker and keeps its exporter up for a final scrape, until SIGTERM.
+counted by a Prometheus exporter on the management address when `--metrics` is given. The
+start and end columns are wall-clock times (shared by all processes); duration, compute and
+wait are measured on the monotonic clock.
 """
 
 from __future__ import annotations
@@ -26,8 +35,11 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
+
+from testbed.window import wait_for_go
 
 FIELDS = ["worker", "rank", "iteration", "start", "end", "duration_s", "compute_s", "wait_s"]
 FINISH = threading.Event()  # set by SIGUSR1: start no new iteration
@@ -42,23 +54,57 @@ class Recorder:
         self.worker, self.rank = worker, rank
         self.metrics = metrics
 
-    def add(self, i: int, start: float, end: float, compute: float) -> None:
+    def add(self, i: int, start: Stamp, end: Stamp, compute: float) -> None:
+        took = end.mono - start.mono
         self.w.writerow(
             [
                 self.worker,
                 self.rank,
                 i,
-                f"{start:.6f}",
-                f"{end:.6f}",
-                f"{end - start:.6f}",
+                f"{start.wall:.6f}",
+                f"{end.wall:.6f}",
+                f"{took:.6f}",
                 f"{compute:.6f}",
-                f"{max(0.0, end - start - compute):.6f}",
+                f"{max(0.0, took - compute):.6f}",
             ]
         )
         self.f.flush()
         if self.metrics is not None:
-            self.metrics["iteration"].labels(self.worker).observe(end - start)
+            self.metrics["iteration"].labels(self.worker).observe(took)
             self.metrics["iterations"].labels(self.worker).inc()
+
+
+class Stamp:
+    """One instant on both clocks: wall time places it on the run's timeline, the monotonic
+    clock measures durations."""
+
+    __slots__ = ("mono", "wall")
+
+    def __init__(self) -> None:
+        self.wall = time.time()
+        self.mono = time.monotonic()
+
+
+class StopVote:
+    """The collective stop: each iteration reduces max(local FINISH) over the ranks, submitted
+    with the first gradient of backward so it travels with that iteration's reductions. The
+    decision to start an iteration reads the vote of `lag` iterations before, which every rank
+    reads alike, so all ranks stop after the same iteration. With a barrier that vote is already
+    complete (lag 1); without one, the previous iteration's reductions may still be running, so
+    the decision uses the one before (lag 2) and never waits on the wire."""
+
+    def __init__(self, hvd: Any, torch: Any, lag: int) -> None:
+        self.hvd, self.torch, self.lag = hvd, torch, lag
+        self.handles: deque[Any] = deque()
+
+    def submit(self, i: int) -> None:
+        flag = self.torch.tensor([1.0 if FINISH.is_set() else 0.0])
+        self.handles.append(self.hvd.allreduce_async(flag, name=f"stop.{i}", op=self.hvd.Max))
+
+    def stop(self) -> bool:
+        if len(self.handles) < self.lag:
+            return False
+        return bool(self.hvd.synchronize(self.handles.popleft()).item() > 0)
 
 
 class Clock:
@@ -84,13 +130,16 @@ def synthetic(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
     handles: list[Any] = [None] * len(layers)
     clock = Clock()
     barrier = cfg["barrier"]
+    vote = StopVote(hvd, torch, lag=1 if barrier else 2)
     limit = cfg.get("iterations")
     # Without a barrier an iteration ends where the next one starts (its gradients are waited
     # for during the next forward), so it is recorded one iteration late.
-    pending: tuple[int, float, float] | None = None
+    pending: tuple[int, Stamp, float] | None = None
     i = 0
-    while (limit is None or i < limit) and not FINISH.is_set():
-        start = time.time()
+    while limit is None or i < limit:
+        if vote.stop():
+            break
+        start = Stamp()
         if pending is not None:
             rec.add(pending[0], pending[1], start, pending[2])
             pending = None
@@ -105,15 +154,22 @@ def synthetic(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
             clock.compute(layers[j][3])
             compute += layers[j][3]
             handles[j] = hvd.allreduce_async_(grads[j], name=f"grad.{j}", op=hvd.Average)
+            if j == len(layers) - 1:
+                vote.submit(i)
         if barrier or (limit is not None and i == limit - 1):
             for j, h in enumerate(handles):
                 if h is not None:
                     hvd.synchronize(h)
                     handles[j] = None
-            rec.add(i, start, time.time(), compute)
+            rec.add(i, start, Stamp(), compute)
         else:
             pending = (i, start, compute)
         i += 1
+    if pending is not None:  # without a barrier: finish the last iteration's reductions
+        for h in handles:
+            if h is not None:
+                hvd.synchronize(h)
+        rec.add(pending[0], pending[1], Stamp(), pending[2])
 
 
 def real(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
@@ -131,9 +187,12 @@ def real(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
     loss_fn = nn.CrossEntropyLoss()
     bs = cfg.get("batch_size", 16)
     limit = cfg.get("iterations")
+    vote = StopVote(hvd, torch, lag=1)
     i = 0
-    while (limit is None or i < limit) and not FINISH.is_set():
-        start = time.time()
+    while limit is None or i < limit:
+        if vote.stop():
+            break
+        start = Stamp()
         x = torch.randn(bs, 3, 32, 32, device=device)
         y = torch.randint(0, 10, (bs,), device=device)
         opt.zero_grad()
@@ -141,8 +200,9 @@ def real(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
         loss = loss_fn(model(x), y)
         loss.backward()
         compute = time.perf_counter() - t0
+        vote.submit(i)
         opt.step()  # waits for the allreduced gradients
-        rec.add(i, start, time.time(), compute)
+        rec.add(i, start, Stamp(), compute)
         i += 1
 
 
@@ -155,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--metrics", help="ADDR:PORT for the Prometheus exporter (a management address)"
     )
+    ap.add_argument("--go", type=Path, required=True, help="the orchestrator's go file")
     args = ap.parse_args(argv)
     if args.hostname:
         socket.sethostname(args.hostname)
@@ -180,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"worker {args.worker}: rank {hvd.rank()} of {hvd.size()}, mode {cfg['mode']}", flush=True
     )
-    # line up the ranks before the first iteration
-    hvd.allreduce(torch.zeros(1), name="start")
+    hvd.allreduce(torch.zeros(1), name="start")  # every rank is connected
+    args.out.with_suffix(".ready").touch()
+    wait_for_go(args.go)  # returns at the common t0
     if cfg["mode"] == "real":
         real(cfg, hvd, torch, rec)
     else:

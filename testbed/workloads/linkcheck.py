@@ -20,6 +20,7 @@ from testbed.metrics import describe
 from testbed.runtime.netns import NetnsRuntime
 from testbed.scenario import LinkcheckWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
+from testbed.window import Window
 from testbed.workloads.procs import stop_all
 
 log = logging.getLogger(__name__)
@@ -83,12 +84,22 @@ class Linkcheck:
             classes = cfg.bulk_classes if cfg.bulk_classes is not None else prof.class_names
             self.bulk_dscp = [prof.cls(c).mark for c in classes]
         self.short_class = cfg.short_class or s.tc_profile.class_names[0]
-        self.start_at = 0.0
-        self.duration = 0.0
+        self.window: Window | None = None
 
-    def start(self, start_at: float, duration: float) -> None:
+    def launch(self) -> None:
+        """Nothing to initialise: the stdlib node programs start in well under the margin
+        the orchestrator leaves before t0, so they are spawned at go()."""
+
+    def ready(self) -> tuple[int, int]:
+        return 0, 0
+
+    def draining(self) -> bool:
+        return False
+
+    def go(self, window: Window) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.start_at, self.duration = start_at, duration
+        self.window = window
+        start_at, duration = window.t0, window.duration
         for h in sorted({dst for _, dst in self.pairs}, key=lambda h: h.index):
             out = self.dir / f"server-{h.name}.json"
             argv = [
@@ -199,8 +210,8 @@ class Linkcheck:
     def summarize(self) -> dict[str, Any]:
         prof = self.s.tc_profile
         ip_to_host = {str(h.data_ip): h for h in self.topo.hosts}
-        t_from = self.start_at + self.cfg.warmup
-        t_to = self.start_at + self.duration
+        assert self.window is not None
+        t_from, t_to = self.window.start, self.window.stop
         flows: list[dict[str, Any]] = []
         for dst in sorted({d for _, d in self.pairs}, key=lambda h: h.index):
             for rec in self._load("server", dst)["bulk"]:
@@ -224,13 +235,13 @@ class Linkcheck:
                 dst = ip_to_host.get(rec["dst"])
                 short.append({"src": src.name, "dst": dst.name if dst else rec["dst"], **rec})
         self._write_short_csv(short)
-        measured = [r["fct_s"] for r in short if r.get("completed") and r["start"] >= t_from]
+        measured = [r["fct_s"] for r in short if r.get("completed") and t_from <= r["start"] < t_to]
         expected = len(self.bulk_dscp) * len(self.pairs)
         if len(flows) < expected:
             log.warning("linkcheck: %d of %d bulk flows reached their server", len(flows), expected)
         return {
             "pattern": self.cfg.pattern,
-            "window_s": [round(t_from - self.start_at, 3), round(t_to - self.start_at, 3)],
+            "window_s": [round(t_from - self.window.t0, 3), round(t_to - self.window.t0, 3)],
             "link_rate_bps": self.s.topology.link_rate,
             "bulk": flows,
             "short": {

@@ -180,6 +180,7 @@ def _short(
         if next_start > now:
             time.sleep(next_start - now)
         start = time.time()
+        mono = time.monotonic()
         if start >= until:
             return
         next_start = start + interval
@@ -200,9 +201,10 @@ def _short(
                 if not chunk:
                     break
                 got += len(chunk)
+            fct = time.monotonic() - mono
             end = time.time()
             s.close()
-            rec.update(bytes=got, end=end, fct_s=end - start, completed=got == size)
+            rec.update(bytes=got, end=end, fct_s=fct, completed=got == size)
         except OSError as e:
             rec["error"] = str(e)
 

@@ -1,64 +1,237 @@
-"""Predict a synthetic job's iteration time from its layer profile and the link: the model the
-benchmark checks the emulation against (thesis ch. 4, with real-TCP goodput).
+"""The event model of a data-parallel iteration (thesis ch. 4), used by `testbed predict`, by
+`testbed report` (measured vs predicted) and by the workload benchmark.
 
-Each layer's gradient becomes ready when its backward compute ends (backward runs from the
-last layer to the first). Ready gradients are reduced one after another, in ready order
-(FIFO, as Horovod's default), each taking the ring-allreduce time
-    2 (1 - 1/N) · bytes / B_eff
-where B_eff is TCP goodput on a shaped link that also carries the ring's ACKs in the reverse
-direction: a delayed ACK (66 B on the wire) per two 1514-byte frames of 1448 B payload, so
-B_eff = rate · 2·1448 / (2·1514 + 66) ≈ 0.936 · rate. Fusion, Horovod's cycle time and
-per-step latency are ignored (microseconds on these links).
+One iteration on each worker: forward over layers 0 → L-1, backward over L-1 → 0; a layer's
+gradient is ready when its backward compute ends. Ready gradients are fused into buffers and
+reduced over the ring one buffer at a time (the link is a single, non-preemptive server):
 
-With a barrier the iteration is forward + max(backward, time the last reduction ends); without
-one, the next forward may start as soon as backward ends, but each layer's forward waits for
-that layer's reduction (first layers' gradients are reduced last), so in steady state the
-iteration is the fixed point of the same schedule shifted by one iteration.
+    ring time of a buffer of S bytes = 2 (N - 1) · (S / N · 8 / B_eff + step latency)
+
+which is 2 (1 - 1/N) · S / B_eff plus the latency of 2 (N - 1) ring steps. B_eff is the rate
+the ring really gets: on a shaped link carrying real TCP, a 1448-byte payload per 1514-byte
+frame, and every uplink also carries the ACKs of the ring's reverse direction (one 66-byte
+delayed ACK per two frames): B_eff = rate · 2·1448 / (2·1514 + 66) ≈ 0.936 · rate. The thesis'
+own model uses the raw rate (efficiency 1).
+
+Fusion:
+- dynamic (Horovod): when the link frees up, the ready gradients are taken in queue order and
+  fused until the next one would exceed the threshold (Horovod's cycle time is ignored);
+- static (the thesis' simulator): buffers are fixed up front, layers 0 → L-1 greedily while the
+  sum stays below the threshold, the last layer alone; a buffer is ready when its lowest layer
+  is (backward reaches it last).
+Queue order: fifo (in the order gradients become ready) or priority (lowest layer index first:
+the layers the next forward needs first). Barrier: the next forward waits for every reduction;
+without it, forward of layer j waits only for layer j's own reduction.
+
+Iteration time is measured as the thesis' simulator does: the time between the ends of two
+consecutive forward passes; over more iterations the last interval is the steady state. With a
+barrier, all reductions of one iteration end before the next backward begins, so iterations
+never share the link; without one, forward of the last layer waits for the last reduction, which
+gives the same guarantee.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
 from testbed.workloads.models import Layer
+
+if TYPE_CHECKING:
+    from testbed.scenario import Scenario
 
 ACK_EFFICIENCY = 2 * 1448 / (2 * 1514 + 66)
 
 
-def effective_rate(rate_bps: float) -> float:
-    return rate_bps * ACK_EFFICIENCY
+@dataclass(frozen=True)
+class Network:
+    workers: int
+    rate_bps: float
+    efficiency: float = ACK_EFFICIENCY  # B_eff / rate
+    step_latency_s: float = 0.0  # one-way latency of one ring step
+
+    def ring_time(self, nbytes: float) -> float:
+        n = self.workers
+        b_eff = self.rate_bps * self.efficiency
+        return 2 * (n - 1) * (nbytes / n * 8 / b_eff + self.step_latency_s)
 
 
-def reduce_times(layers: list[Layer], n_workers: int, rate_bps: float) -> list[float]:
-    b = effective_rate(rate_bps)
-    return [2 * (1 - 1 / n_workers) * x.nbytes * 8 / b for x in layers]
+@dataclass(frozen=True)
+class Schedule:
+    fusion_bytes: float
+    fusion: Literal["dynamic", "static"] = "dynamic"
+    queue: Literal["fifo", "priority"] = "fifo"
+    barrier: bool = True
+
+
+@dataclass(frozen=True)
+class Transfer:
+    layers: tuple[int, ...]
+    nbytes: float
+    start: float
+    end: float
+
+
+@dataclass
+class Prediction:
+    iteration_s: float
+    forward_ends: list[float]
+    backward_ends: list[float]
+    transfers: list[Transfer] = field(default_factory=list)  # of the last iteration
+
+    def network_s(self) -> float:
+        return sum(t.end - t.start for t in self.transfers)
+
+
+def static_buffers(layers: list[Layer], fusion_bytes: float) -> list[list[int]]:
+    """The thesis simulator's fixed mapping (its `map_tensors`)."""
+    buffers: list[list[int]] = []
+    current: list[int] = []
+    size = 0.0
+    for j, layer in enumerate(layers[:-1]):
+        if current and size + layer.nbytes >= fusion_bytes:
+            buffers.append(current)
+            current, size = [], 0.0
+        current.append(j)
+        size += layer.nbytes
+    if current:
+        buffers.append(current)
+    buffers.append([len(layers) - 1])
+    return buffers
+
+
+def _reduce(
+    layers: list[Layer], ready: list[float], link_free: float, net: Network, sched: Schedule
+) -> list[Transfer]:
+    """Run one iteration's gradients over the ring; ready[j] is when layer j's gradient is."""
+    key = (lambda j: j) if sched.queue == "priority" else (lambda j: (ready[j], -j))
+    if sched.fusion == "static":
+        units = [tuple(b) for b in static_buffers(layers, sched.fusion_bytes)]
+    else:
+        units = [(j,) for j in range(len(layers))]
+    unit_ready = {u: max(ready[j] for j in u) for u in units}
+    waiting = sorted(units, key=lambda u: unit_ready[u])
+    queued: list[tuple[int, ...]] = []
+    out: list[Transfer] = []
+    t = link_free
+    while waiting or queued:
+        if not queued:  # idle link: wait for the next gradient
+            t = max(t, unit_ready[waiting[0]])
+        while waiting and unit_ready[waiting[0]] <= t:
+            queued.append(waiting.pop(0))
+        queued.sort(key=lambda u: key(min(u)))
+        take = [queued.pop(0)]
+        size = sum(layers[j].nbytes for j in take[0])
+        if sched.fusion == "dynamic":
+            while queued and size + layers[queued[0][0]].nbytes <= sched.fusion_bytes:
+                size += layers[queued[0][0]].nbytes
+                take.append(queued.pop(0))
+        end = t + net.ring_time(size)
+        out.append(Transfer(tuple(j for u in take for j in u), size, t, end))
+        t = end
+    return out
+
+
+def simulate(layers: list[Layer], net: Network, sched: Schedule, iterations: int = 6) -> Prediction:
+    n = len(layers)
+    done = [0.0] * n  # when each layer's previous reduction finished (all updated at t = 0)
+    t = 0.0
+    link_free = 0.0
+    fe: list[float] = []
+    be: list[float] = []
+    transfers: list[Transfer] = []
+    for _ in range(iterations):
+        if sched.barrier:
+            t = max([t, *done])
+        for j, layer in enumerate(layers):
+            t = max(t, done[j]) + layer.forward_s
+        fe.append(t)
+        ready = [0.0] * n
+        for j in range(n - 1, -1, -1):
+            t += layers[j].backward_s
+            ready[j] = t
+        be.append(t)
+        transfers = _reduce(layers, ready, link_free, net, sched)
+        for tr in transfers:
+            for j in tr.layers:
+                done[j] = tr.end
+        link_free = transfers[-1].end if transfers else link_free
+    return Prediction(fe[-1] - fe[-2] if len(fe) > 1 else fe[0], fe, be, transfers)
 
 
 def iteration_time(
-    layers: list[Layer], n_workers: int, rate_bps: float, barrier: bool = True
+    layers: list[Layer],
+    n_workers: int,
+    rate_bps: float,
+    barrier: bool = True,
+    fusion_bytes: float = 0.0,
+    queue: Literal["fifo", "priority"] = "fifo",
 ) -> float:
-    """Predicted wall time of one steady-state iteration."""
-    tx = reduce_times(layers, n_workers, rate_bps)
-    fwd = sum(x.forward_s for x in layers)
-    if barrier:
-        t = fwd  # backward starts after forward
-        link_free = fwd
-        for j in range(len(layers) - 1, -1, -1):
-            t += layers[j].backward_s
-            link_free = max(link_free, t) + tx[j]
-        return max(t, link_free)
-    # Without a barrier: simulate a few iterations and take the last start-to-start interval.
-    n = len(layers)
-    done = [0.0] * n  # when each layer's previous reduction finished
-    link_free = 0.0
-    start = 0.0
-    starts = []
-    for _ in range(8):
-        starts.append(start)
-        t = start
-        for j in range(n):
-            t = max(t, done[j]) + layers[j].forward_s
-        for j in range(n - 1, -1, -1):
-            t += layers[j].backward_s
-            link_free = max(link_free, t) + tx[j]
-            done[j] = link_free
-        start = t
-    return starts[-1] - starts[-2]
+    """Steady-state iteration time of a Horovod job on a link of `rate_bps` (real TCP)."""
+    sched = Schedule(fusion_bytes, "dynamic", queue, barrier)
+    return simulate(layers, Network(n_workers, rate_bps), sched).iteration_s
+
+
+def thesis_ch4_layers(
+    model_bytes: float = 100e6, n_layers: int = 100, compute_s: float = 0.9
+) -> list[Layer]:
+    """The model of thesis ch. 4 (Table 4.1) as its author's simulator builds it
+    (github.com/hgao10/horovod_simulation, ringallreduce_simulator.py): sizes in three steps
+    of 1 : 4 : 12 × 2M/(9L) over layers 0-50, 51-75 and 76-99 (97.6 MB of the nominal 100);
+    forward : backward = 1 : 2, forward falling and backward rising arithmetically, the zero
+    end of each progression replaced by one step."""
+    L = n_layers
+    unit = 2 * model_bytes / (9 * L)
+    fwd_total, bwd_total = compute_s / 3, 2 * compute_s / 3
+    d_f = 2 * fwd_total / (L * (L - 1))
+    d_b = 2 * bwd_total / (L * (L - 1))
+    out = []
+    for i in range(L):
+        mult = 1 if i <= L // 2 else 4 if i <= 3 * L // 4 else 12
+        fwd = 2 * fwd_total / L - i * d_f
+        bwd = i * d_b
+        out.append(
+            Layer(
+                f"layer{i}",
+                round(mult * unit / 4),
+                forward_s=fwd if fwd > 1e-12 else d_f,
+                backward_s=bwd if bwd > 0 else d_b,
+            )
+        )
+    return out
+
+
+def for_scenario(s: Scenario) -> dict[str, Any]:
+    """What the model says of a scenario's Horovod job, alone on its links: the iteration time
+    as Horovod runs it (dynamic fusion, FIFO, the scenario's barrier), the same with a
+    priority queue and with the barrier toggled, and the thesis' derived quantities."""
+    from testbed.workloads.derive import layers_for
+
+    h = s.workloads.horovod
+    if h is None:
+        raise ValueError("workloads.horovod: the scenario has no Horovod job to predict")
+    d = h.d
+    n = len(h.hosts) if h.hosts else s.topology.hosts
+    rate = s.topology.link_rate
+    # one ring step crosses an uplink and a downlink
+    net = Network(n, rate, step_latency_s=2 * s.topology.delay)
+    layers = layers_for(h)
+    variants = {}
+    for queue in ("fifo", "priority"):
+        for barrier in (True, False):
+            p = simulate(layers, net, Schedule(h.fusion_threshold, "dynamic", queue, barrier))
+            variants[f"{queue}{'' if barrier else '-nobarrier'}"] = p.iteration_s
+    it = variants[f"fifo{'' if h.barrier else '-nobarrier'}"]
+    return {
+        "workers": n,
+        "link_rate_bps": rate,
+        "model_bytes": d.model_bytes,
+        "bytes_per_iteration": d.bytes_per_iteration,
+        "compute_s": d.compute_time,
+        "network_s": d.bytes_per_iteration * 8 / (rate * net.efficiency),
+        "compute_to_network_ratio": d.compute_to_network_ratio,
+        "iteration_s": it,
+        "u_horovod_pct": d.bytes_per_iteration * 8 / (it * rate) * 100,
+        "variants_s": variants,
+        "efficiency": net.efficiency,
+    }

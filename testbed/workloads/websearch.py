@@ -8,7 +8,6 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +17,53 @@ from testbed.metrics.exporters import WEBSEARCH_PORT
 from testbed.runtime.netns import NetnsRuntime
 from testbed.scenario import Scenario, WebsearchWorkload
 from testbed.topology import Host, TopologyPlan
+from testbed.window import Window
 from testbed.workloads import flowsizes
 from testbed.workloads.horovod import selected_hosts
 from testbed.workloads.procs import count_rows, read_csvs, stop_all
-from testbed.workloads.websearch_node import FIELDS
+from testbed.workloads.websearch_node import FIELDS, arrivals, host_rng
 
 log = logging.getLogger(__name__)
 
 
 def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    done = [r for r in rows if r["completed"] == "True"]
+    """FCT per pFabric size class over the measured flows, with the censored ones counted
+    beside the statistics: a flow that started inside the window and had not finished when
+    the drain limit ran out has no FCT, but it must not vanish from the picture."""
     out = {}
     for cls in ("small", "medium", "large", "all"):
-        xs = [
-            float(r["fct_s"])
-            for r in done
-            if cls == "all" or size_class(int(r["size_bytes"])) == cls
-        ]
-        d = describe(xs)
-        out[cls] = {k: d[k] for k in ("count", "mean", "p50", "p99")}
+        mine = [r for r in rows if cls == "all" or size_class(int(r["size_bytes"])) == cls]
+        d = describe([float(r["fct_s"]) for r in mine if r["completed"] == "True"])
+        out[cls] = {
+            "count": d["count"],
+            "censored": sum(1 for r in mine if r["completed"] != "True"),
+            **{k: d[k] for k in ("mean", "p50", "p99")},
+        }
+    return out
+
+
+def rate_over_link(row: dict[str, Any], link_bps: float) -> float:
+    """size · 8 / FCT over the link rate: above 1.0 the flow beat the wire."""
+    return int(row["size_bytes"]) * 8 / float(row["fct_s"]) / link_bps
+
+
+def planned_flows(s: Scenario) -> list[tuple[str, float, int]]:
+    """(host, start offset from t0, size) of every flow the generators will start inside the
+    measured window: the same draws the nodes make, so a sweep can be sized before it runs."""
+    w = s.workloads.websearch
+    if w is None:
+        return []
+    cdf, _ = flowsizes.resolve(w.sizes, None)
+    names = w.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
+    lo, hi = s.window
+    out = []
+    for h in names:
+        peers = sorted(n for n in names if n != h)
+        for t, size, _ in arrivals(host_rng(s.seed, h), w.d.arrival_rate, cdf, peers):
+            if t >= hi:
+                break
+            if t >= lo:
+                out.append((h, t, size))
     return out
 
 
@@ -55,21 +82,20 @@ class Websearch:
         self.run_dir = run_dir
         self.dir = run_dir / "websearch"
         self.hosts = selected_hosts(topo, cfg.hosts)
-        self.dscp = s.dscp_of(cfg)
+        self.dscp = cfg.d.dscp
         self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
-        self.start_at = 0.0
-        self.duration = 0.0
+        self.go_file = self.dir / "go.json"
+        self.window: Window | None = None
 
-    def start(self, start_at: float, duration: float) -> None:
-        self.start_at, self.duration = start_at, duration
+    def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         cdf, _ = flowsizes.resolve(self.cfg.sizes, None)
-        rate = self.cfg.arrival_rate or 0.0
+        d = self.cfg.d
         config = self.dir / "generator-config.json"
         config.write_text(json.dumps({
             "cdf": [list(p) for p in cdf],
             "peers": {h.name: str(h.data_ip) for h in self.hosts},
-            "rate_per_host": rate / len(self.hosts),
+            "rate_per_host": d.arrival_rate,
             "dscp": self.dscp,
             "port": self.cfg.port,
             "seed": self.s.seed,
@@ -85,10 +111,8 @@ class Websearch:
                 str(h.data_ip),
                 "--config",
                 str(config),
-                "--start-at",
-                f"{start_at:.6f}",
-                "--duration",
-                f"{duration:.3f}",
+                "--go",
+                str(self.go_file),
                 "--out",
                 str(self.dir / f"flows-{h.name}.csv"),
             ]
@@ -98,14 +122,29 @@ class Websearch:
                 (h, self.rt.spawn(h.netns, argv, self.dir / f"generator-{h.name}.log"))
             )
         log.info(
-            "websearch: %d hosts, %.2f flows/s in total (utilisation %.1f%%), mean flow %.0f B, DSCP %d (%s)",
+            "websearch: %d hosts, %.3f flows/s per host (%.2f%% of a host link), mean flow %.0f B, "
+            "DSCP %d (%s)",
             len(self.hosts),
-            rate,
-            self.cfg.utilization or 0,
-            self.cfg.mean_flow_size or 0,
+            d.arrival_rate,
+            d.utilization,
+            d.mean_flow_size,
             self.dscp,
-            self.s.tc_profile.class_of(self.dscp),
+            d.tc_class,
         )
+
+    def ready(self) -> tuple[int, int]:
+        return sum(self._marker(h, "ready").exists() for h in self.hosts), len(self.hosts)
+
+    def go(self, window: Window) -> None:
+        self.window = window
+        window.write(self.go_file)
+
+    def _marker(self, h: Host, kind: str) -> Path:
+        return self.dir / f"flows-{h.name}.{kind}"
+
+    def draining(self) -> bool:
+        """True while a generator still waits for flows that started inside the window."""
+        return not all(self._marker(h, "done").exists() for h in self.hosts)
 
     def targets(self) -> list[str]:
         if self.s.metrics.prometheus == "off":
@@ -116,18 +155,12 @@ class Websearch:
         return f"{sum(count_rows(self.dir / f'flows-{h.name}.csv') for h in self.hosts)} flows done"
 
     def finish(self) -> None:
-        """Generators end by themselves at the end of the run; wait for their markers."""
-        deadline = time.monotonic() + 15
-        done = [self.dir / f"flows-{h.name}.done" for h in self.hosts]
-        while not all(d.exists() for d in done) and time.monotonic() < deadline:
-            if any(p.poll() not in (None, 0) for _, p in self.procs):
-                break
-            time.sleep(0.1)
+        """Generators end by themselves after the drain (the orchestrator waited for it)."""
 
     def check(self) -> None:
         for h, p in self.procs:
             rc = p.poll()
-            if rc is not None and (rc != 0 or time.time() < self.start_at + self.duration - 0.5):
+            if rc is not None and (rc != 0 or not self._marker(h, "done").exists()):
                 raise RunFailure(
                     f"websearch generator on {h.name} exited with code {rc}; "
                     f"see {self.dir / f'generator-{h.name}.log'}"
@@ -148,25 +181,39 @@ class Websearch:
         return read_csvs(self.dir / f"flows-{h.name}.csv" for h in self.hosts)
 
     def summarize(self) -> dict[str, Any]:
+        assert self.window is not None
         rows = sorted(self.records(), key=lambda r: float(r["start"]))
         with open(self.run_dir / "flows.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)
             w.writeheader()
             w.writerows(rows)
-        lo = self.start_at + self.cfg.warmup
-        hi = self.start_at + self.duration - self.cfg.cooldown
-        window = [r for r in rows if lo <= float(r["start"]) < hi]
-        span = max(1e-9, hi - lo)
+        measured = [r for r in rows if r["measured"] == "True"]
+        span = self.window.span
+        d = self.cfg.d
+        link = self.s.topology.link_rate
+        done = [r for r in measured if r["completed"] == "True"]
+        over = [rate_over_link(r, link) for r in done]
+        offered = sum(int(r["size_bytes"]) for r in measured) * 8
         return {
             "hosts": len(self.hosts),
             "flows_started": len(rows),
             "flows_completed": sum(1 for r in rows if r["completed"] == "True"),
-            "flows_measured": len(window),
-            "incomplete_in_window": sum(1 for r in window if r["completed"] != "True"),
-            "arrival_rate": {"configured": self.cfg.arrival_rate, "achieved": len(window) / span},
-            "utilization_pct": self.cfg.utilization,
-            "mean_flow_size": self.cfg.mean_flow_size,
-            "fct_s": fct_stats(window),
+            "flows_measured": len(measured),
+            "censored": len(measured) - len(done),
+            "arrival_rate_per_host": {
+                "configured": d.arrival_rate,
+                "achieved": len(measured) / span / len(self.hosts),
+            },
+            # what the generators asked of one host link on average (flow payload, no headers)
+            "utilization_pct": {
+                "configured": d.utilization,
+                "offered": offered / (span * len(self.hosts) * link) * 100,
+            },
+            "mean_flow_size": d.mean_flow_size,
+            "fct_s": fct_stats(measured),
+            # physics: no completed flow may move its bytes faster than the link
+            "max_flow_rate_over_link": max(over, default=None),
+            "flows_over_link_rate": sum(1 for x in over if x > 1.0),
             "dscp": self.dscp,
-            "class": self.s.tc_profile.class_of(self.dscp),
+            "class": d.tc_class,
         }

@@ -4,8 +4,14 @@ only (asyncio), so it starts fast.
 
 A flow: the client connects (marked with the scenario's DSCP), sends the 8-byte size it
 wants, the server (marking its socket the same way) sends that many bytes and closes. FCT =
-connect start → last byte received at the client. Every flow is appended to a CSV when it
-ends; flows still running when the run ends are written with completed = false.
+connect start → last byte received at the client, on the monotonic clock. Every flow is
+appended to a CSV when it ends.
+
+Life: bind the server, say ready (a `.ready` marker), wait for the orchestrator's go file,
+then start flows at Poisson times (the rate is this host's own) until the end of the run.
+After that no new flow starts, but the flows that started inside the measured window are
+given up to the drain limit to finish; only then is everything still running cancelled and
+written with completed = false (censored, if it started inside the window).
 
 The random streams are seeded from (seed, host), so the same seed gives the same flows (ids,
 sizes, destinations, arrival times) on every run: runs can be compared flow by flow.
@@ -25,11 +31,13 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from testbed.metrics import size_class
 from testbed.metrics.exporters import start_node_exporter
+from testbed.window import Window, wait_for_go
 from testbed.workloads.flowsizes import sample
 
 HEADER = struct.Struct("!Q")
@@ -45,6 +53,7 @@ FIELDS = [
     "dscp",
     "completed",
     "bytes_received",
+    "measured",
 ]
 
 
@@ -72,6 +81,23 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         writer.close()
 
 
+def arrivals(
+    rng: random.Random, rate: float, cdf: list[tuple[float, float]], peers: list[str]
+) -> Iterator[tuple[float, int, str]]:
+    """(offset from t0, size, destination) of each flow a host starts, forever. One fixed
+    order of draws per flow keeps the streams identical across runs with the same seed (and
+    lets `testbed sweep --dry-run` count a run's flows without running it)."""
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate)
+        size = sample(cdf, rng)
+        yield t, size, peers[rng.randrange(len(peers))]
+
+
+def host_rng(seed: int, host: str) -> random.Random:
+    return random.Random(f"{seed}/{host}")
+
+
 class Generator:
     def __init__(
         self, args: argparse.Namespace, cfg: dict[str, Any], metrics: dict[str, Any] | None
@@ -83,7 +109,8 @@ class Generator:
         self.rate: float = cfg["rate_per_host"]
         self.dscp: int = cfg["dscp"]
         self.port: int = cfg["port"]
-        self.rng = random.Random(f"{cfg['seed']}/{args.host}")
+        self.rng = host_rng(cfg["seed"], args.host)
+        self.window: Window | None = None
         self.out = open(args.out, "w", newline="")  # noqa: SIM115 - lives as long as the process
         self.csv = csv.writer(self.out)
         self.csv.writerow(FIELDS)
@@ -91,10 +118,11 @@ class Generator:
 
     def record(self, rec: dict[str, Any]) -> None:
         end = rec.get("end")
+        fct = rec.get("fct")
         self.csv.writerow([
             rec["id"], self.args.host, rec["dst"], rec["size"], f"{rec['start']:.6f}",
-            f"{end:.6f}" if end else "", f"{end - rec['start']:.6f}" if end else "",
-            self.dscp, rec["completed"], rec["received"],
+            f"{end:.6f}" if end else "", f"{fct:.6f}" if fct is not None else "",
+            self.dscp, rec["completed"], rec["received"], rec["measured"],
         ])  # fmt: skip
         self.out.flush()
 
@@ -118,12 +146,13 @@ class Generator:
                 if not data:
                     break
                 rec["received"] += len(data)
+            rec["fct"] = time.monotonic() - rec["mono"]
             rec["end"] = time.time()
             rec["completed"] = rec["received"] == rec["size"]
             if rec["completed"] and self.metrics is not None:
                 self.metrics["completed"].labels(self.args.host).inc()
                 self.metrics["fct"].labels(self.args.host, size_class(rec["size"])).observe(
-                    rec["end"] - rec["start"]
+                    rec["fct"]
                 )
         except OSError as e:
             rec["error"] = str(e)
@@ -136,43 +165,45 @@ class Generator:
                 self.running.pop(rec["id"], None)
                 self.record(rec)
 
-    async def run(self) -> None:
-        args = self.args
-        names = sorted(self.peers)
-        t = args.start_at
-        until = args.start_at + args.duration
-        tasks: set[asyncio.Task[None]] = set()
-        seq = 0
-        while True:
-            # one fixed order of draws per flow keeps the streams identical across runs
-            t += self.rng.expovariate(self.rate)
-            size = sample(self.cdf, self.rng)
-            dst = names[self.rng.randrange(len(names))]
-            if t >= until:
+    async def run(self, window: Window) -> None:
+        tasks: dict[str, asyncio.Task[None]] = {}
+        flows = arrivals(self.rng, self.rate, self.cdf, sorted(self.peers))
+        for seq, (offset, size, dst) in enumerate(flows):
+            t = window.t0 + offset
+            if t >= window.end:
                 break
             delay = t - time.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            now = time.time()
             rec = {
-                "id": f"{args.host}-{seq:06d}",
+                "id": f"{self.args.host}-{seq:06d}",
                 "dst": dst,
                 "size": size,
-                "start": time.time(),
+                "start": now,
+                "mono": time.monotonic(),
                 "scheduled": t,
                 "received": 0,
                 "completed": False,
+                "measured": window.contains(now),
             }
-            seq += 1
-            task = asyncio.create_task(self.flow(rec))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        delay = until - time.time()
+            tasks[rec["id"]] = asyncio.create_task(self.flow(rec))
+            tasks[rec["id"]].add_done_callback(lambda task, fid=rec["id"]: tasks.pop(fid, None))
+        delay = window.end - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        for task in list(tasks):
+        # Drain: the measured flows still running get up to the drain limit to finish.
+        deadline = time.monotonic() + window.drain
+        while True:
+            pending = [tasks[f] for f, r in self.running.items() if r["measured"] and f in tasks]
+            left = deadline - time.monotonic()
+            if not pending or left <= 0:
+                break
+            await asyncio.wait(pending, timeout=left)
+        for task in list(tasks.values()):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for rec in list(self.running.values()):  # still running at the end: completed = false
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        for rec in list(self.running.values()):  # cut off: completed = false
             self.record(rec)
         self.running.clear()
         self.out.close()
@@ -183,17 +214,16 @@ async def amain(args: argparse.Namespace) -> int:
     server = await asyncio.start_server(
         lambda r, w: _serve_one(r, w, cfg["dscp"]), host=args.bind, port=cfg["port"], backlog=1024
     )
+    metrics = start_node_exporter("websearch", args.metrics)
+    gen = Generator(args, cfg, metrics)
     print(
         f"websearch {args.host}: serving on {args.bind}:{cfg['port']}, "
         f"{cfg['rate_per_host']:.3f} flows/s out",
         flush=True,
     )
-    metrics = start_node_exporter("websearch", args.metrics)
-    gen = Generator(args, cfg, metrics)
-    delay = args.start_at - time.time()
-    if delay > 0:
-        await asyncio.sleep(delay)
-    await gen.run()
+    args.out.with_suffix(".ready").touch()
+    window = await asyncio.to_thread(wait_for_go, args.go)
+    await gen.run(window)
     server.close()
     args.out.with_suffix(".done").touch()
     if metrics is not None:
@@ -207,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", required=True)
     ap.add_argument("--bind", required=True)
     ap.add_argument("--config", required=True)
-    ap.add_argument("--start-at", type=float, required=True)
-    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--go", type=Path, required=True, help="the orchestrator's go file")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument(
         "--metrics", help="ADDR:PORT for the Prometheus exporter (a management address)"

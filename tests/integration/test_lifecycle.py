@@ -18,6 +18,7 @@ from .helpers import present_objects, run_cli, spawn_up
 QUICK = """\
 name: quick
 duration: {duration}
+measure: {{warmup: 1s, cooldown: 0s}}
 topology: {{hosts: 3, link_rate: 20mbit, management_prefix: {mgmt}}}
 tc_profile: thesis-2band
 workloads:

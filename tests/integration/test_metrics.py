@@ -30,11 +30,12 @@ def finished_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("metrics")
     s = run_scenario(tmp, {
         "duration": "10s",
+        "measure": {"warmup": "1s", "cooldown": "1s"},
         "topology": {"hosts": 3, "link_rate": "100mbit"},
         "tc_profile": "thesis-2band",
         "workloads": {
             "horovod": {"model_size": "1MB", "compute_time": "300ms", "tc_class": "low"},
-            "websearch": {"arrival_rate": 2, "tc_class": "high", "warmup": "1s", "cooldown": "1s"},
+            "websearch": {"arrival_rate": 0.7, "tc_class": "high"},
         },
         "metrics": {"scrape_interval": "500ms"},
     })  # fmt: skip

@@ -5,9 +5,10 @@ import random
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario, load_scenario_data
+from testbed.scenario import dump_scenario, load_scenario, load_scenario_data
 from testbed.workloads import flowsizes, models
 from testbed.workloads.derive import layers_for
 
@@ -109,23 +110,84 @@ def scenario(**wl):
 
 def test_ratio_derives_compute_time():
     h = scenario(horovod={"model_size": "1MB", "compute_to_network_ratio": 4}).workloads.horovod
-    assert h.bytes_per_iteration == 1_500_000  # 2 (1 - 1/4) · 1 MB
-    assert h.compute_time == pytest.approx(4 * 1_500_000 * 8 / 100e6)  # 0.48 s
-    assert h.tc_class == "high"  # the profile's default class when none is named
+    assert h.d.bytes_per_iteration == 1_500_000  # 2 (1 - 1/4) · 1 MB
+    assert h.d.compute_time == pytest.approx(4 * 1_500_000 * 8 / 100e6)  # 0.48 s
+    assert h.d.tc_class == "high"  # the profile's default class when none is named
+    assert h.compute_time is None  # inputs stay as given
 
 
 def test_compute_time_derives_ratio():
     h = scenario(horovod={"compute_time": "900ms"}).workloads.horovod
-    assert h.model_bytes == 25_557_032 * 4
-    assert h.compute_to_network_ratio == pytest.approx(0.9 * 100e6 / (1.5 * 25_557_032 * 4 * 8))
+    assert h.d.model_bytes == 25_557_032 * 4
+    assert h.d.compute_to_network_ratio == pytest.approx(0.9 * 100e6 / (1.5 * 25_557_032 * 4 * 8))
 
 
-def test_utilization_derives_arrival_rate():
-    w = scenario(websearch={"utilization": "12.5%"}).workloads.websearch
-    assert w.arrival_rate == pytest.approx(
-        0.125 * 100e6 / (flowsizes.mean(flowsizes.WEBSEARCH) * 8)
+def test_utilization_is_the_load_of_one_host_link():
+    """Thesis Table 5.5: ~1450 flows in 8 s from 8 hosts at 23 flows/s → 23 flows/s per host;
+    formula 5.3: 23 × 1.7 MB × 8 / 10 Gbit/s = 3.1 % of ONE link. So the per-host rate does not
+    shrink with the number of hosts."""
+    mean = flowsizes.mean(flowsizes.WEBSEARCH)
+    for hosts in (2, 4, 8):
+        w = load_scenario_data(
+            {
+                "name": "t",
+                "topology": {"hosts": hosts, "link_rate": "10gbit"},
+                "workloads": {"websearch": {"utilization": "3.125%"}},
+            },
+            "s.yaml",
+        ).workloads.websearch
+        assert w.d.arrival_rate == pytest.approx(0.03125 * 10e9 / (mean * 8))  # per host
+        assert w.d.arrival_rate == pytest.approx(22.8, abs=0.2)  # the thesis' 23 flows/s
+    w = scenario(websearch={"arrival_rate": 23}).workloads.websearch
+    assert w.d.utilization == pytest.approx(23 * mean * 8 / 100e6 * 100)
+    assert w.d.tc_class == "high"
+
+
+def test_a_resolved_scenario_can_be_changed_and_re_resolved():
+    s = scenario(
+        horovod={"model_size": "1MB", "compute_to_network_ratio": 4},
+        websearch={"utilization": "12.5%"},
     )
-    assert w.tc_class == "high"
+    data = yaml.safe_load(dump_scenario(s))
+    assert data["workloads"]["horovod"]["derived"]["compute_time"] == "480ms"  # shown
+    data["topology"]["link_rate"] = "1gbit"  # a user edits the run folder's scenario.yaml
+    data["topology"]["hosts"] = 8
+    again = load_scenario_data(data, "edited.yaml")
+    h, w = again.workloads.horovod, again.workloads.websearch
+    assert h.d.compute_time == pytest.approx(4 * 2 * (7 / 8) * 1e6 * 8 / 1e9)
+    assert w.d.arrival_rate == pytest.approx(10 * s.workloads.websearch.d.arrival_rate)
+    assert load_scenario_data(yaml.safe_load(dump_scenario(again)), "x") == again  # stable
+
+
+def test_overrides_replace_the_partner_input():
+    s = scenario(horovod={"compute_time": "1s"}, websearch={"arrival_rate": 2, "tc_class": "low"})
+    o = s.with_overrides(
+        {
+            "workloads.horovod.compute_to_network_ratio": 8,
+            "workloads.websearch.utilization": "25%",
+            "workloads.websearch.dscp": "EF",
+            "seed": 7,
+        }
+    )
+    h, w = o.workloads.horovod, o.workloads.websearch
+    assert (h.compute_time, h.compute_to_network_ratio) == (None, 8)
+    assert (w.arrival_rate, w.utilization, w.tc_class, w.dscp) == (None, 25, None, 46)
+    assert w.d.tc_class == "high" and o.seed == 7
+    with pytest.raises(
+        ScenarioError, match=r"topology\.hosts\.x: topology\.hosts is not a mapping"
+    ):
+        s.with_overrides({"topology.hosts.x": 1})
+
+
+@pytest.mark.parametrize("where", ["horovod", "websearch"])
+def test_old_per_workload_windows_say_where_they_moved(where):
+    with pytest.raises(ScenarioError, match=rf"workloads.{where}.warmup: moved.*measure.warmup"):
+        scenario(**{where: {"warmup": "1s", "arrival_rate": 1}})
+
+
+def test_the_window_must_leave_something_to_measure():
+    with pytest.raises(ScenarioError, match="measure: warmup \\+ cooldown \\(4s\\) leave nothing"):
+        load_scenario_data({"name": "t", "duration": "4s", "topology": {"hosts": 2}}, "s")
 
 
 def test_layers_for_synthetic_job():
@@ -144,6 +206,7 @@ def test_layers_for_synthetic_job():
             "give arrival_rate or utilization",
         ),
         ({"horovod": {"compute_time": "1s", "compute_to_network_ratio": 2}}, "not both"),
+        ({"websearch": {"arrival_rate": 2, "derived": {"arrival_rate": 9}}}, None),
         ({"horovod": {"hosts": ["h1", "h9"]}}, "workloads.horovod.hosts[1]: 'h9' is not a host"),
         ({"horovod": {"hosts": ["h1"]}}, "workloads.horovod.hosts: needs at least two"),
         ({"horovod": {"tc_class": "gold"}}, "workloads.horovod.tc_class: 'gold' is not a class"),
@@ -155,6 +218,9 @@ def test_layers_for_synthetic_job():
     ],
 )
 def test_workload_errors(wl, expected):
+    if expected is None:  # not an error: a derived block given as input is recomputed
+        assert scenario(**wl).workloads.websearch.d.arrival_rate == 2
+        return
     with pytest.raises(ScenarioError) as e:
         scenario(**wl)
     assert expected in str(e.value)
@@ -166,6 +232,6 @@ def test_thesis_mini_examples(name):
     h, w = s.workloads.horovod, s.workloads.websearch
     assert s.topology.hosts == 4 and s.topology.link_rate == 100_000_000 and s.duration == 60
     assert h.compute_to_network_ratio == 4 and w.utilization == 12.5
-    assert (h.tc_class, w.tc_class) == (
+    assert (h.d.tc_class, w.d.tc_class) == (
         ("low", "high") if name == "thesis-mini" else ("high", "high")
     )

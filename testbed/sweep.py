@@ -1,0 +1,370 @@
+"""`testbed sweep SWEEP.yaml`: a grid of runs, one after another, resumable.
+
+    name: thesis-grid
+    base: thesis-8host.yaml                 # a scenario file, relative to the sweep file
+    set: {duration: 64s}                    # overrides for every run (optional)
+    axes:                                   # dotted scenario paths → values (cartesian product)
+      workloads.horovod.compute_to_network_ratio: [16, 8, 4, 2]
+      workloads.websearch.utilization: [3.125%, 6.25%, 12.5%, 25%]
+    paired:                                 # values that change together, one label each
+      scheme:
+        same: {workloads.horovod.tc_class: high, workloads.websearch.tc_class: high}
+        low: {workloads.horovod.tc_class: low, workloads.websearch.tc_class: high}
+    seeds: [1, 2, 3]
+    compare: {axis: scheme, baseline: same} # what `testbed report SWEEP_DIR` compares
+
+Order: the axes outermost, then the seed, then the paired axes, so that the runs a comparison
+needs (same cell, same seed) follow each other and a stopped sweep leaves whole cells.
+
+A point is identified by its resolved scenario (a hash of the scenario as the run folder
+would hold it), so a finished run is never run again, whatever its folder is called; a failed
+run is recorded, the sweep goes on, and the next invocation runs it again. Every point is
+resolved before the first run starts, so a bad axis value is refused with nothing created.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from testbed.errors import EnvironmentProblem, ScenarioError, TestbedError
+from testbed.scenario import Scenario, dump_scenario, format_validation_error, load_scenario
+
+log = logging.getLogger("testbed")
+
+
+class Compare(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    axis: str = Field(description="the axis (or paired axis) whose values are compared")
+    baseline: str = Field(description="the value (label) the others are compared against")
+
+
+class MapAxes(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    x: str
+    y: str
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    description: str = ""
+    base: str = Field(description="the base scenario file, relative to the sweep file")
+    set: dict[str, Any] = Field(default_factory=dict, description="overrides for every run")
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    paired: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)
+    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    compare: Compare | None = None
+    map: MapAxes | None = Field(None, description="the report's map: x and y axes")
+
+    @field_validator("axes")
+    @classmethod
+    def _nonempty(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for k, values in v.items():
+            if not values:
+                raise ValueError(f"{k}: give at least one value")
+        return v
+
+    def axis_names(self) -> list[str]:
+        return [*self.axes, "seed", *self.paired]
+
+
+@dataclass
+class Point:
+    index: int
+    labels: dict[str, str]  # axis name → value as written (paired: the label); includes seed
+    overrides: dict[str, Any]
+    scenario: Scenario
+    identity: str  # hash of the resolved scenario
+    folder: str
+
+    @property
+    def title(self) -> str:
+        return "  ".join(f"{_short(k)}={v}" for k, v in self.labels.items())
+
+
+@dataclass
+class Outcome:
+    point: Point
+    status: str  # ok | failed | skipped (finished earlier) | interrupted
+    wall_s: float = 0.0
+    error: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _short(axis: str) -> str:
+    return axis.rsplit(".", 1)[-1]
+
+
+def _label(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _slug(values: list[str]) -> str:
+    text = "_".join(values).replace("%", "pct")
+    return re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-")[:80]
+
+
+def identity_of(s: Scenario) -> str:
+    return hashlib.sha256(dump_scenario(s).encode()).hexdigest()[:16]
+
+
+def load_spec(path: Path) -> SweepSpec:
+    if not path.is_file():
+        raise ScenarioError(f"{path}: no such sweep file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a sweep must be a YAML mapping with name, base, axes, ...")
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(format_validation_error(e, str(path))) from None
+    names = spec.axis_names()
+    if spec.compare is not None:
+        if spec.compare.axis not in names:
+            raise ScenarioError(
+                f"{path}: compare.axis: {spec.compare.axis!r} is not an axis; axes: {names}"
+            )
+        values = _axis_values(spec, spec.compare.axis)
+        if spec.compare.baseline not in values:
+            raise ScenarioError(
+                f"{path}: compare.baseline: {spec.compare.baseline!r} is not a value of "
+                f"{spec.compare.axis}; values: {values}"
+            )
+    if spec.map is not None:
+        for k in ("x", "y"):
+            if getattr(spec.map, k) not in spec.axes:
+                raise ScenarioError(f"{path}: map.{k}: not one of the axes {list(spec.axes)}")
+    return spec
+
+
+def _axis_values(spec: SweepSpec, axis: str) -> list[str]:
+    if axis == "seed":
+        return [str(s) for s in spec.seeds]
+    if axis in spec.axes:
+        return [_label(v) for v in spec.axes[axis]]
+    return list(spec.paired[axis])
+
+
+def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
+    """Every point, resolved; a bad value is refused naming the sweep field and the point."""
+    base_path = (sweep_file.parent / spec.base).resolve()
+    try:
+        base = load_scenario(base_path)
+    except ScenarioError as e:
+        raise ScenarioError(f"{sweep_file}: base: {e}") from None
+    dims: list[list[tuple[str, str, dict[str, Any]]]] = []
+    for path, values in spec.axes.items():
+        dims.append([(path, _label(v), {path: v}) for v in values])
+    dims.append([("seed", str(s), {"seed": s}) for s in spec.seeds])
+    for name, options in spec.paired.items():
+        dims.append([(name, label, dict(o)) for label, o in options.items()])
+    points: list[Point] = []
+    seen: dict[str, int] = {}
+    for i, combo in enumerate(itertools.product(*dims)):
+        labels = {name: label for name, label, _ in combo}
+        overrides: dict[str, Any] = dict(spec.set)
+        for _, _, o in combo:
+            overrides.update(o)
+        where = ", ".join(f"{k}={v}" for k, v in labels.items())
+        try:
+            s = base.with_overrides(overrides, source=f"{sweep_file} ({where})")
+        except ScenarioError as e:
+            raise ScenarioError(str(e)) from None
+        ident = identity_of(s)
+        if ident in seen:
+            raise ScenarioError(
+                f"{sweep_file}: points {seen[ident]} and {i} resolve to the same scenario "
+                f"({where}); an axis changes nothing"
+            )
+        seen[ident] = i
+        folder = f"{i:03d}-{_slug([f's{v}' if k == 'seed' else v for k, v in labels.items()])}"
+        points.append(Point(i, labels, overrides, s, ident, folder))
+    return points
+
+
+class SweepUI:
+    """What the sweep reports to its display (the CLI draws it with rich)."""
+
+    def start_point(self, p: Point, done: int, total: int, eta_s: float | None) -> Any: ...
+    def end_point(self, o: Outcome, done: int, total: int) -> None: ...
+
+
+def finished_runs(runs_dir: Path) -> dict[str, Path]:
+    """identity → run folder, for runs that completed (status ok)."""
+    out: dict[str, Path] = {}
+    if not runs_dir.is_dir():
+        return out
+    for p in sorted(runs_dir.iterdir()):
+        point, summary = p / "point.json", p / "summary.json"
+        if not (point.is_file() and summary.is_file()):
+            continue
+        try:
+            if json.loads(summary.read_text()).get("status") == "ok":
+                out[json.loads(point.read_text())["identity"]] = p
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def _set_aside(folder: Path) -> None:
+    """A failed or half-written earlier attempt keeps its records, out of the way."""
+    for n in itertools.count(1):
+        dest = folder.with_name(f"{folder.name}.failed-{n}")
+        if not dest.exists():
+            folder.rename(dest)
+            return
+
+
+RunFn = Callable[[Scenario, Path, Any], dict[str, Any]]
+
+
+def run_sweep(
+    spec: SweepSpec,
+    points: list[Point],
+    out: Path,
+    run_one: RunFn,
+    ui: SweepUI,
+) -> list[Outcome]:
+    """Run every point not finished before. `run_one(scenario, run_dir, point_ui)` runs one
+    point and returns its summary (raising TestbedError on failure, Interrupted on Ctrl-C)."""
+    from testbed.orchestrator import Interrupted
+
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    done_before = finished_runs(runs_dir)
+    outcomes: list[Outcome] = []
+    walls: list[float] = []
+    t_sweep = time.monotonic()
+    try:
+        for p in points:
+            prior = done_before.get(p.identity)
+            if prior is not None:
+                if prior.name != p.folder:
+                    log.info("point %d finished earlier in %s", p.index, prior.name)
+                summary = json.loads((prior / "summary.json").read_text())
+                p.folder = prior.name
+                outcomes.append(Outcome(p, "skipped", 0.0, None, summary))
+                ui.end_point(outcomes[-1], len(outcomes), len(points))
+                continue
+            folder = runs_dir / p.folder
+            if folder.exists():
+                _set_aside(folder)
+            left = len(points) - len(outcomes)
+            eta = sum(walls) / len(walls) * left if walls else None
+            point_ui = ui.start_point(p, len(outcomes), len(points), eta)
+            t0 = time.monotonic()
+            try:
+                summary = run_one(p.scenario, folder, point_ui)
+                o = Outcome(p, "ok", time.monotonic() - t0, None, summary)
+            except Interrupted:
+                outcomes.append(Outcome(p, "interrupted", time.monotonic() - t0, "interrupted"))
+                raise
+            except EnvironmentProblem:
+                raise  # every other point would fail the same way
+            except TestbedError as e:
+                o = Outcome(p, "failed", time.monotonic() - t0, str(e), _summary_of(folder))
+                log.error("point %d (%s) failed: %s", p.index, p.title, e)
+            finally:
+                if folder.is_dir():  # the run folder names its point (resume looks for it)
+                    (folder / "point.json").write_text(json.dumps(
+                        {"index": p.index, "labels": p.labels, "overrides": p.overrides,
+                         "identity": p.identity}, indent=1))  # fmt: skip
+            walls.append(o.wall_s)
+            outcomes.append(o)
+            ui.end_point(o, len(outcomes), len(points))
+            write_results(spec, points, outcomes, out, time.monotonic() - t_sweep)
+    finally:
+        write_results(spec, points, outcomes, out, time.monotonic() - t_sweep)
+    return outcomes
+
+
+def _summary_of(folder: Path) -> dict[str, Any]:
+    try:
+        return json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# ------------------------------------------------------------------ results
+
+
+def key_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    """The per-run columns of sweep.csv."""
+    h = summary.get("horovod") or {}
+    w = summary.get("websearch") or {}
+    fct = w.get("fct_s") or {}
+    it = h.get("iteration_time_s") or {}
+    out: dict[str, Any] = {
+        "duration_s": summary.get("duration_s"),
+        "iteration_mean_s": it.get("mean"),
+        "iteration_p99_s": it.get("p99"),
+        "iterations_measured": h.get("iterations_measured"),
+        "flows_measured": w.get("flows_measured"),
+        "censored": w.get("censored"),
+        "max_flow_rate_over_link": w.get("max_flow_rate_over_link"),
+        "drain_s": summary.get("drain_s"),
+    }
+    for c in ("small", "medium", "large", "all"):
+        out[f"fct_{c}_mean_s"] = (fct.get(c) or {}).get("mean")
+        out[f"fct_{c}_count"] = (fct.get(c) or {}).get("count")
+    return out
+
+
+def write_results(
+    spec: SweepSpec, points: list[Point], outcomes: list[Outcome], out: Path, wall_s: float
+) -> None:
+    names = spec.axis_names()
+    rows = []
+    for o in outcomes:
+        rows.append({
+            "index": o.point.index, "folder": f"runs/{o.point.folder}",
+            **{_short(k) if k in spec.axes else k: o.point.labels[k] for k in names},
+            "status": "ok" if o.status == "skipped" else o.status,
+            "wall_s": round(o.wall_s, 2), "error": o.error or "",
+            **key_metrics(o.summary),
+        })  # fmt: skip
+    if rows:
+        tmp = out / "sweep.csv.tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(out / "sweep.csv")
+    doc = {
+        "name": spec.name,
+        "spec": spec.model_dump(mode="json"),
+        "points": len(points),
+        "ran": sum(1 for o in outcomes if o.status in ("ok", "failed")),
+        "ok": sum(1 for o in outcomes if o.status in ("ok", "skipped")),
+        "failed": sum(1 for o in outcomes if o.status == "failed"),
+        "wall_s": round(wall_s, 1),
+        "run_s": round(sum(o.wall_s for o in outcomes), 1),
+        "results": rows,
+    }
+    tmp = out / "sweep.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(out / "sweep.json")
+
+
+def default_out(spec: SweepSpec) -> Path:
+    return Path("runs") / f"sweep-{spec.name}"

@@ -1,0 +1,157 @@
+"""Sweep files: expansion, paired axes, identities for resuming, and refusals before any run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import errors
+from testbed import sweep as sw
+from testbed.errors import ScenarioError
+from testbed.scenario import load_scenario
+from testbed.workloads.websearch import planned_flows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = {
+    "name": "b",
+    "duration": "10s",
+    "topology": {"hosts": 3, "link_rate": "100mbit"},
+    "tc_profile": "thesis-2band",
+    "workloads": {
+        "horovod": {"model_size": "1MB", "compute_time": "300ms"},
+        "websearch": {"arrival_rate": 1},
+    },
+}
+
+
+def write(tmp_path: Path, spec: dict, base: dict | None = None) -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base or BASE, sort_keys=False))
+    p = tmp_path / "sweep.yaml"
+    p.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml", **spec}, sort_keys=False))
+    return p
+
+
+def points(tmp_path: Path, spec: dict, base: dict | None = None) -> list[sw.Point]:
+    p = write(tmp_path, spec, base)
+    return sw.expand(sw.load_spec(p), p)
+
+
+def test_cartesian_product_with_seeds_inside_and_paired_innermost(tmp_path):
+    ps = points(
+        tmp_path,
+        {
+            "axes": {
+                "workloads.horovod.compute_to_network_ratio": [16, 2],
+                "workloads.websearch.utilization": ["3.125%", "25%"],
+            },
+            "paired": {
+                "scheme": {
+                    "same": {"workloads.horovod.tc_class": "high"},
+                    "low": {"workloads.horovod.tc_class": "low"},
+                }
+            },
+            "seeds": [1, 2],
+        },
+    )
+    assert len(ps) == 2 * 2 * 2 * 2
+    first = ps[:4]
+    assert [p.labels["seed"] for p in first] == ["1", "1", "2", "2"]
+    assert [p.labels["scheme"] for p in first] == ["same", "low", "same", "low"]
+    h, w = ps[1].scenario.workloads.horovod, ps[1].scenario.workloads.websearch
+    assert h.compute_to_network_ratio == 16 and h.compute_time is None  # the axis replaced it
+    assert h.d.tc_class == "low" and w.utilization == 3.125 and w.arrival_rate is None
+    assert ps[-1].scenario.seed == 2 and ps[-1].scenario.workloads.websearch.utilization == 25
+    assert len({p.identity for p in ps}) == 16
+    assert len({p.folder for p in ps}) == 16
+    assert ps[3].folder == "003-16_3.125pct_s2_low"
+
+
+def test_identity_is_the_resolved_scenario(tmp_path):
+    """The same point written another way (a ratio that resolves to the same compute time
+    is still another input, but the same values in another order are the same point)."""
+    a = points(tmp_path, {"axes": {"seed": [5]}, "seeds": [1]})
+    b = points(tmp_path, {"set": {"seed": 5}})
+    assert a[0].identity == b[0].identity
+    c = points(tmp_path, {"set": {"duration": "11s"}})
+    assert c[0].identity != b[0].identity
+
+
+def test_set_applies_to_every_point(tmp_path):
+    ps = points(tmp_path, {"set": {"duration": "20s"}, "seeds": [1, 2, 3]})
+    assert [p.scenario.duration for p in ps] == [20, 20, 20]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"axes": {"topology.hosts": [1]}}, "topology.hosts: must be ≥ 2"),
+        ({"axes": {"workloads.horovod.tc_class": ["gold"]}}, "'gold' is not a class"),
+        ({"axes": {"topology.link_rate": []}}, "give at least one value"),
+        ({"compare": {"axis": "scheme", "baseline": "x"}}, "compare.axis: 'scheme' is not an axis"),
+        (
+            {"paired": {"p": {"a": {}}}, "compare": {"axis": "p", "baseline": "b"}},
+            "compare.baseline: 'b' is not a value of p",
+        ),
+        ({"axes": {"seed": [1, 1]}}, "resolve to the same scenario"),
+        ({"frobnicate": 1}, "frobnicate: unknown field"),
+        ({"map": {"x": "a", "y": "b"}}, "map.x: not one of the axes"),
+    ],
+)
+def test_bad_sweeps_are_refused_with_the_field(tmp_path, spec, message):
+    with pytest.raises(ScenarioError) as e:
+        points(tmp_path, spec)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path):
+    p = write(tmp_path, {"seeds": [1, 2, 3]})
+    spec = sw.load_spec(p)
+    out = tmp_path / "out"
+    calls: list[int] = []
+
+    def fake_run(scenario, folder, _ui):  # a stand-in for the orchestrator: writes a summary
+        calls.append(scenario.seed)
+        folder.mkdir(parents=True)
+        status = "failed" if scenario.seed == 2 and len(calls) < 4 else "ok"
+        (folder / "summary.json").write_text(json.dumps({"status": status, "duration_s": 10}))
+        if status == "failed":
+            raise errors.TestbedError("boom")
+        return {"status": "ok"}
+
+    class UI:
+        def start_point(self, *a):
+            return None
+
+        def end_point(self, *a):
+            pass
+
+    first = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    assert [o.status for o in first] == ["ok", "failed", "ok"] and calls == [1, 2, 3]
+    rows = json.loads((out / "sweep.json").read_text())["results"]
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok"] and rows[1]["error"] == "boom"
+    assert (out / "sweep.csv").read_text().count("\n") == 4
+    second = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    assert [o.status for o in second] == ["skipped", "ok", "skipped"] and calls[3:] == [2]
+    failed = [d.name for d in (out / "runs").iterdir() if ".failed-" in d.name]
+    assert len(failed) == 1  # the first attempt's records are kept aside
+
+
+def test_planned_flows_match_the_thesis_grid_sizing():
+    """The grid example promises ≥ 150 measured small flows per cell over three seeds at the
+    lightest load; count them the way the generators will draw them."""
+    from testbed.metrics import size_class
+
+    base = load_scenario(ROOT / "examples" / "thesis-grid-base.yaml")
+    small = 0
+    for seed in (1, 2, 3):
+        flows = planned_flows(base.with_overrides({"seed": seed}))
+        small += sum(1 for _, _, size in flows if size_class(size) == "small")
+    assert small >= 150
+    # and the per-host rate is the thesis': 3.125 % of 100 Mbit/s with 1.71 MB flows
+    rate = base.workloads.websearch.d.arrival_rate
+    assert rate == pytest.approx(0.03125 * 100e6 / (1_711_550 * 8), rel=1e-3)
