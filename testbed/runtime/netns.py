@@ -25,6 +25,7 @@ from pyroute2.ethtool import Ethtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import RunFailure
+from testbed.runtime.forkserver import ForkedProcess, ForkServer
 from testbed.state import RunState, proc_start_time
 from testbed.topology import TopologyPlan
 
@@ -108,6 +109,7 @@ class NetnsRuntime:
         self.plan = plan
         self.state = state
         self._iprs: dict[str | None, IPRoute] = {}
+        self._forkservers: dict[tuple[str, ...], ForkServer] = {}
 
     def ipr(self, ns: str | None) -> IPRoute:
         if ns not in self._iprs:
@@ -115,6 +117,10 @@ class NetnsRuntime:
         return self._iprs[ns]
 
     def close(self) -> None:
+        for fs in self._forkservers.values():
+            with contextlib.suppress(Exception):
+                fs.close()
+        self._forkservers.clear()
         for ipr in self._iprs.values():
             with contextlib.suppress(Exception):
                 ipr.close()
@@ -220,6 +226,31 @@ class NetnsRuntime:
             )
         finally:
             out.close()
+
+    def spawn_python(
+        self,
+        ns: str,
+        module: str,
+        argv: list[str],
+        log_path: Path,
+        env: Mapping[str, str],
+        preload: Sequence[str],
+        gid: int | None = None,
+        new_uts: bool = False,
+    ) -> ForkedProcess:
+        """Start Python program `module` (its `main(argv)`) inside namespace `ns`, forked from
+        a server that has imported `preload` once for the whole run (see forkserver.py)."""
+        key = tuple(preload)
+        if key not in self._forkservers:
+            fs = ForkServer(list(preload), log_path.parent / "forkserver.log")
+            self._forkservers[key] = fs
+            pid = fs.proc.pid
+            self.state.record({"kind": "process", "name": "forkserver", "pid": pid,
+                               "start": proc_start_time(pid)})  # fmt: skip
+            fs.wait_ready(timeout=120)
+        return self._forkservers[key].spawn(
+            NETNS_DIR / ns, module, argv, log_path, dict(env), gid=gid, new_uts=new_uts
+        )
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -8,10 +8,20 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 
-def stop_all(popens: Iterable[subprocess.Popen[bytes]], grace_s: float = 5.0) -> None:
+class NodeProcess(Protocol):
+    """A process in a node: a Popen, or a child of the fork server."""
+
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def stop_all(popens: Iterable[NodeProcess], grace_s: float = 5.0) -> None:
     """SIGTERM every process still running, SIGKILL those that outlast `grace_s`. Idempotent."""
     popens = list(popens)
     for p in popens:

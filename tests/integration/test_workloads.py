@@ -143,6 +143,38 @@ def test_killed_worker_ends_the_run_with_records_kept(tmp_path):
     assert json.loads((out / "summary.json").read_text())["status"] == "failed"
 
 
+def test_workers_die_with_a_killed_orchestrator(tmp_path):
+    """Workers are forked by a fork server that dies with the orchestrator (setpriv
+    --pdeathsig), and each worker dies with the server (PDEATHSIG set after its group change,
+    which would clear it): kill -9 of `up` leaves no training process, even before `down`."""
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "name: k9\nduration: 120s\ntopology: {hosts: 3, link_rate: 1gbit}\n"
+        "workloads: {horovod: {model_size: 1MB, compute_time: 200ms}}\n"
+    )
+    run_id, out = "de4d03", tmp_path / "run"
+    proc = spawn_up(str(p), "--out", str(out), "--run-id", run_id)
+    try:
+        st = wait_running(run_id, proc)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not all(
+            (out / "horovod" / f"iterations-h{i}.ready").exists() for i in (1, 2, 3)
+        ):
+            time.sleep(0.2)
+        hosts = [n for n in st.namespaces() if not n.endswith("-sw")]
+        assert len(pids_in(hosts)) == 3
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while pids_in(hosts) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids_in(hosts) == [], "workers outlived the orchestrator"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        run_cli("down")
+
+
 def test_thesis_mini_end_to_end(tmp_path):
     out = tmp_path / "run"
     r = run_cli("up", str(ROOT / "examples" / "thesis-mini.yaml"), "--out", str(out), timeout=300)
