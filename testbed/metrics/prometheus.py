@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import socket
 import subprocess
@@ -118,6 +119,23 @@ class Prometheus:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def wait_scraped(self, after: float, timeout: float) -> bool:
+        """Until every target has been scraped by a scrape that began after `after` (so the
+        TSDB holds the final values); a fixed sleep would need two full intervals."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(
+                    f"{self.url}/api/v1/targets?state=active", timeout=2
+                ) as r:
+                    targets = json.load(r)["data"]["activeTargets"]
+            except (urllib.error.URLError, OSError, ValueError, KeyError):
+                targets = []
+            if targets and all(_epoch(t.get("lastScrape", "")) > after for t in targets):
+                return True
+            time.sleep(0.1)
+        return False
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()  # Prometheus flushes its head block and WAL on SIGTERM
@@ -127,6 +145,21 @@ class Prometheus:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+def _epoch(rfc3339: str) -> float:
+    """Prometheus' RFC 3339 timestamps carry nanoseconds; datetime takes microseconds."""
+    from datetime import datetime
+
+    m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", rfc3339)
+    if not m:
+        return 0.0
+    frac = (m.group(2) or ".0")[:7]
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}{frac}{tz}").timestamp()
+    except ValueError:
+        return 0.0
 
 
 class ExternalTargets:

@@ -78,9 +78,16 @@ class MetricsSession:
             self.collector.update(rows)
 
     def final_scrape(self) -> None:
-        """Give Prometheus time to scrape the final values of every counter."""
-        if self.enabled:
-            time.sleep(2 * self.cfg.scrape_interval + 0.5)
+        """Give Prometheus time to scrape the final values of every counter: until each
+        target has been scraped since now (embedded), or two intervals (external)."""
+        if not self.enabled:
+            return
+        limit = 2 * self.cfg.scrape_interval + 0.5
+        if isinstance(self.sink, Prometheus):
+            if not self.sink.wait_scraped(time.time(), timeout=limit + 2):
+                log.warning("prometheus did not scrape every target within %.1f s", limit + 2)
+        else:
+            time.sleep(limit)
 
     def check(self) -> None:
         if isinstance(self.sink, Prometheus) and not self.sink.alive():

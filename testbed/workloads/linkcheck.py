@@ -85,21 +85,22 @@ class Linkcheck:
             self.bulk_dscp = [prof.cls(c).mark for c in classes]
         self.short_class = cfg.short_class or s.tc_profile.class_names[0]
         self.window: Window | None = None
-
-    def launch(self) -> None:
-        """Nothing to initialise: the stdlib node programs start in well under the margin
-        the orchestrator leaves before t0, so they are spawned at go()."""
+        self.go_file = self.dir / "go.json"
 
     def ready(self) -> tuple[int, int]:
-        return 0, 0
+        clients = [p for p in self.procs if p.role == "client"]
+        return sum(p.out.with_suffix(".ready").exists() for p in clients), len(clients)
 
     def draining(self) -> bool:
         return False
 
     def go(self, window: Window) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.window = window
-        start_at, duration = window.t0, window.duration
+        window.write(self.go_file)
+
+    def launch(self) -> None:
+        """Servers listen at once; clients wait for the go file and start together at t0."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         for h in sorted({dst for _, dst in self.pairs}, key=lambda h: h.index):
             out = self.dir / f"server-{h.name}.json"
             argv = [
@@ -134,10 +135,8 @@ class Linkcheck:
                 str(src.data_ip),
                 "--port",
                 str(self.cfg.port),
-                "--duration",
-                f"{duration:.3f}",
-                "--start-at",
-                f"{start_at:.6f}",
+                "--go",
+                str(self.go_file),
                 "--out",
                 str(out),
             ]

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.window import wait_for_go
+
 HEADER = struct.Struct("!4sBBxxQ")
 MAGIC = b"TBLC"
 BULK, SHORT = 1, 2
@@ -210,10 +212,9 @@ def _short(
 
 
 def client(args: argparse.Namespace) -> int:
-    start_at = args.start_at or time.time()
-    if start_at > time.time():
-        time.sleep(start_at - time.time())
-    until = start_at + args.duration
+    args.out.with_suffix(".ready").touch()
+    window = wait_for_go(args.go)  # returns at the run's common t0
+    until = window.end
     threads: list[threading.Thread] = []
     bulk: list[dict[str, Any]] = []
     for spec in args.bulk or []:
@@ -259,8 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("client")
     c.add_argument("--bind", required=True)
     c.add_argument("--port", type=int, required=True)
-    c.add_argument("--duration", type=float, required=True)
-    c.add_argument("--start-at", type=float, default=0.0)
+    c.add_argument("--go", type=Path, required=True, help="the orchestrator's go file")
     c.add_argument("--bulk", action="append", help="DST:DSCP, one per bulk flow")
     c.add_argument("--short", help="DST:DSCP:SIZE:INTERVAL")
     c.add_argument("--out", type=Path, required=True)

