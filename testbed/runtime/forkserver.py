@@ -19,6 +19,7 @@ server's stdin ends it, and with it every child still running.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import importlib
@@ -291,6 +292,28 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+_SHARED: dict[tuple[str, ...], ForkServer] = {}
+
+
+def shared(preload: tuple[str, ...], log_path: Path) -> ForkServer:
+    """One server per preload list for the life of this process: a sweep's runs share it, so
+    only the first run pays for the imports. It is no run's object (no state file entry): it
+    holds nothing of any run, and it dies with this process (PDEATHSIG) or at exit."""
+    fs = _SHARED.get(preload)
+    if fs is None or not fs.alive():
+        fs = _SHARED[preload] = ForkServer(list(preload), log_path)
+        fs.wait_ready(timeout=120)
+    return fs
+
+
+@atexit.register
+def _close_shared() -> None:
+    for fs in _SHARED.values():
+        with contextlib.suppress(Exception):
+            fs.close()
+    _SHARED.clear()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ from pyroute2.ethtool import Ethtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import RunFailure
-from testbed.runtime.forkserver import ForkedProcess, ForkServer
+from testbed.runtime import forkserver
+from testbed.runtime.forkserver import ForkedProcess
 from testbed.state import RunState, proc_start_time
 from testbed.topology import TopologyPlan
 
@@ -109,7 +110,6 @@ class NetnsRuntime:
         self.plan = plan
         self.state = state
         self._iprs: dict[str | None, IPRoute] = {}
-        self._forkservers: dict[tuple[str, ...], ForkServer] = {}
 
     def ipr(self, ns: str | None) -> IPRoute:
         if ns not in self._iprs:
@@ -117,10 +117,6 @@ class NetnsRuntime:
         return self._iprs[ns]
 
     def close(self) -> None:
-        for fs in self._forkservers.values():
-            with contextlib.suppress(Exception):
-                fs.close()
-        self._forkservers.clear()
         for ipr in self._iprs.values():
             with contextlib.suppress(Exception):
                 ipr.close()
@@ -239,18 +235,9 @@ class NetnsRuntime:
         new_uts: bool = False,
     ) -> ForkedProcess:
         """Start Python program `module` (its `main(argv)`) inside namespace `ns`, forked from
-        a server that has imported `preload` once for the whole run (see forkserver.py)."""
-        key = tuple(preload)
-        if key not in self._forkservers:
-            fs = ForkServer(list(preload), log_path.parent / "forkserver.log")
-            self._forkservers[key] = fs
-            pid = fs.proc.pid
-            self.state.record({"kind": "process", "name": "forkserver", "pid": pid,
-                               "start": proc_start_time(pid)})  # fmt: skip
-            fs.wait_ready(timeout=120)
-        return self._forkservers[key].spawn(
-            NETNS_DIR / ns, module, argv, log_path, dict(env), gid=gid, new_uts=new_uts
-        )
+        a server that has imported `preload` once for this process (see forkserver.py)."""
+        fs = forkserver.shared(tuple(preload), log_path.parent / "forkserver.log")
+        return fs.spawn(NETNS_DIR / ns, module, argv, log_path, dict(env), gid=gid, new_uts=new_uts)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
