@@ -213,9 +213,26 @@ def _plots_after_run(run_dir: Path) -> None:
         err_console.print(f"[yellow]warning:[/] plots not written: {e}")
 
 
+class _Once(logging.Filter):
+    """A sweep's runs repeat the same warnings (a missing netem, say): show each once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if msg in self.seen:
+            return False
+        self.seen.add(msg)
+        return True
+
+
 def _console_logging(verbose: bool, quiet: bool = False) -> None:
     h = RichHandler(console=err_console, show_path=False, show_time=False, markup=False)
     h.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    if quiet:
+        h.addFilter(_Once())
     lg = logging.getLogger("testbed")
     lg.addHandler(h)
     lg.setLevel(logging.DEBUG)
@@ -489,9 +506,14 @@ class _RichSweepUI:
         if self.overall is None:
             self.overall = self.p.add_task("sweep", total=total)
         self.p.update(self.overall, completed=done)
+        p = outcome.point
         if outcome.status == "failed":
             self.p.console.print(
-                f"[red]run #{outcome.point.index} failed[/] ({outcome.point.title}): {outcome.error}",
+                f"[red]run #{p.index} failed[/] ({p.title}): {outcome.error}", highlight=False
+            )
+        elif outcome.status == "ok":  # one line per run, also where no live display is drawn
+            self.p.console.print(
+                f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}",
                 highlight=False,
             )
 
