@@ -106,8 +106,7 @@ def main() -> int:
         for host, _, _ in planned_flows(o.point.scenario):
             drawn[host] = drawn.get(host, 0) + 1
         s = o.point.scenario
-        lo, hi = s.window
-        configured += s.workloads.websearch.d.arrival_rate * (hi - lo)  # type: ignore[union-attr]
+        configured += s.workloads.websearch.d.arrival_rate * s.timeline().span  # type: ignore[union-attr]
     error = max(abs(started.get(h, 0) - n) / n for h, n in drawn.items())
     sampling = abs(sum(drawn.values()) / len(drawn) - configured) / configured
     print(f"sweep of {len(ran)} runs in {wall:.0f} s, {durations:.0f} s of it measured runs")

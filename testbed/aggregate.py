@@ -3,10 +3,11 @@
 A cell is one combination of the axes other than the compared one (e.g. the priority scheme)
 and the seed. In each cell and for each seed, every non-baseline value is compared with the
 baseline run of the same seed:
-- the % change of the mean FCT per pFabric size class, and of the mean iteration time;
-- the same FCT change flow-matched: the two runs share a seed, so they carry the same flows
-  (ids, sizes, destinations, arrival times), and the means are taken over the flows that
-  completed in both; the flows censored in either run are counted beside it.
+- the % change of the mean FCT per pFabric size class, and of the mean iteration time (the
+  thesis' figure: each run's own mean, its censored flows left out of it and counted);
+- the matched change: the two runs share a seed, so they carry the same flows (ids, sizes,
+  destinations, arrival times); the % change of the mean FCT over the flows completed in
+  both, with the flows that have no FCT in either run counted beside it.
 Over the seeds: the mean of those changes and their spread (min, max), as the thesis reports
 averages over three seeds and warns how much they vary.
 """
@@ -19,20 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import ScenarioError
-from testbed.metrics import size_class
-from testbed.report import CLASSES, Run
+from testbed.report import CLASSES, Run, matched_flows, pct_change
+from testbed.sweep import short_name
 
 METRICS = (*CLASSES, "iteration")
 
 
 def is_sweep(path: Path) -> bool:
     return (path / "sweep.json").is_file()
-
-
-def _pct(new: float | None, base: float | None) -> float | None:
-    if new is None or base is None or base == 0:
-        return None
-    return (new - base) / base * 100
 
 
 def _spread(xs: list[float | None]) -> dict[str, Any]:
@@ -54,26 +49,15 @@ def _mean(xs: list[float]) -> float | None:
 
 def matched_change(base: Run, other: Run) -> dict[str, dict[str, Any]]:
     """Per size class: % change of the mean FCT over the flows completed in both runs."""
-    a = {f["id"]: f for f in base.flows_in_window()}
-    b = {f["id"]: f for f in other.rows("flows.csv")}
     out = {}
     for c in CLASSES:
-        xa, xb, cens_a, cens_b = [], [], 0, 0
-        for fid, fa in a.items():
-            if c != "all" and size_class(int(fa["size_bytes"])) != c:
-                continue
-            fb = b.get(fid)
-            done_a = fa["completed"] == "True"
-            done_b = fb is not None and fb["completed"] == "True"
-            cens_a += not done_a
-            cens_b += not done_b
-            if done_a and done_b:
-                xa.append(float(fa["fct_s"]))
-                xb.append(float(fb["fct_s"]))  # type: ignore[index]
+        m = matched_flows(base, other, c)
         out[c] = {
-            "change_pct": _pct(_mean(xb), _mean(xa)),
-            "matched": len(xa),
-            "censored": {"baseline": cens_a, "run": cens_b},
+            "change_pct": pct_change(
+                _mean([b for _, b in m.pairs]), _mean([a for a, _ in m.pairs])
+            ),
+            "matched": len(m.pairs),
+            "censored": m.censored,
         }
     return out
 
@@ -97,13 +81,17 @@ def aggregate(sweep_dir: Path) -> dict[str, Any]:
         )
     axis, baseline = compare["axis"], compare["baseline"]
     axes = [a for a in [*spec["axes"], *spec["paired"]] if a != axis]
-    short = {a: a.rsplit(".", 1)[-1] for a in spec["axes"]}
+    names = [*spec["axes"], "seed", *spec["paired"]]
+    labels_of = doc.get("labels") or [  # sweep.json from before full labels were written
+        {a: str(row[short_name(a) if a in spec["axes"] else a]) for a in names}
+        for row in doc["results"]
+    ]
     runs: dict[tuple[tuple[str, str], ...], dict[str, dict[str, Run]]] = {}
-    for row in doc["results"]:
+    for row, labels in zip(doc["results"], labels_of, strict=True):
         if row["status"] != "ok":
             continue
-        cell = tuple((a, str(row[short.get(a, a)])) for a in axes)
-        runs.setdefault(cell, {}).setdefault(str(row[axis]), {})[str(row["seed"])] = Run(
+        cell = tuple((a, labels[a]) for a in axes)
+        runs.setdefault(cell, {}).setdefault(labels[axis], {})[labels["seed"]] = Run(
             sweep_dir / row["folder"]
         )
     cells = []
@@ -112,7 +100,7 @@ def aggregate(sweep_dir: Path) -> dict[str, Any]:
         for value, other_runs in by_value.items():
             if value == baseline:
                 continue
-            seeds = sorted(set(base_runs) & set(other_runs), key=lambda x: int(x))
+            seeds = sorted(set(base_runs) & set(other_runs), key=int)
             plain: dict[str, list[float | None]] = {m: [] for m in METRICS}
             matched: dict[str, list[float | None]] = {c: [] for c in CLASSES}
             censored = {c: {"baseline": 0, "run": 0} for c in CLASSES}
@@ -121,7 +109,7 @@ def aggregate(sweep_dir: Path) -> dict[str, Any]:
                 b, o = base_runs[seed], other_runs[seed]
                 mb, mo = _run_means(b), _run_means(o)
                 for m in METRICS:
-                    plain[m].append(_pct(mo[m], mb[m]))
+                    plain[m].append(pct_change(mo[m], mb[m]))
                 mc = matched_change(b, o)
                 for c in CLASSES:
                     matched[c].append(mc[c]["change_pct"])
@@ -152,24 +140,44 @@ def aggregate(sweep_dir: Path) -> dict[str, Any]:
     }
 
 
-def plot_map(agg: dict[str, Any], out: Path) -> Path | None:
-    """The operating-boundary map (thesis Fig. 5.19): one square per cell, coloured by the
-    iteration slowdown of the compared scheme, annotated with the small- and large-flow FCT
-    change (means over the seeds)."""
+def plot_maps(agg: dict[str, Any], out_dir: Path) -> tuple[list[Path], str | None]:
+    """The operating-boundary map (thesis Fig. 5.19), one per compared value: one square per
+    cell, coloured by that value's iteration slowdown against the baseline, annotated with the
+    small- and large-flow FCT change (means over the seeds). Returns the plots, or why none."""
     if agg.get("map"):
         x_axis, y_axis = agg["map"]["x"], agg["map"]["y"]
     elif len(agg["axes"]) == 2:
         y_axis, x_axis = agg["axes"]
     else:
-        return None
-    cells = agg["cells"]
-    xs = _ordered({c["cell"][x_axis] for c in cells})
-    ys = _ordered({c["cell"][y_axis] for c in cells})
+        return [], "no map: name its axes in the sweep file (map: {x: ..., y: ...})"
+    rest = [a for a in agg["axes"] if a not in (x_axis, y_axis)]
+    if rest:
+        return [], f"no map: the axes {rest} would put several cells on one square"
+    cmp = agg["compare"]
+    values = sorted({c[cmp["axis"]] for c in agg["cells"]})
+    made = []
+    for value in values:
+        cells = [c for c in agg["cells"] if c[cmp["axis"]] == value]
+        name = "map.png" if len(values) == 1 else f"map-{value}.png"
+        made.append(_plot_map(agg, cells, value, x_axis, y_axis, out_dir / name))
+    return made, None
+
+
+def _plot_map(
+    agg: dict[str, Any],
+    cells: list[dict[str, Any]],
+    value: str,
+    x_axis: str,
+    y_axis: str,
+    out: Path,
+) -> Path:
     from testbed.report import pyplot
 
     plt = pyplot()
     import matplotlib.colors as mcolors
 
+    xs = _ordered({c["cell"][x_axis] for c in cells})
+    ys = _ordered({c["cell"][y_axis] for c in cells})
     grid = [[math.nan] * len(xs) for _ in ys]
     for c in cells:
         v = c["change_pct"]["iteration"]["mean"]
@@ -189,12 +197,12 @@ def plot_map(agg: dict[str, Any], out: Path) -> Path | None:
         ]), ha="center", va="center", fontsize=8)  # fmt: skip
     ax.set_xticks(range(len(xs)), xs)
     ax.set_yticks(range(len(ys)), ys)
-    ax.set_xlabel(x_axis.rsplit(".", 1)[-1] + " (background load per host link)")
-    ax.set_ylabel(y_axis.rsplit(".", 1)[-1])
+    ax.set_xlabel(short_name(x_axis))
+    ax.set_ylabel(short_name(y_axis))
     cmp = agg["compare"]
-    others = sorted({c[cmp["axis"]] for c in cells})
     ax.set_title(
-        f"{agg['name']}: {', '.join(others)} vs {cmp['baseline']} — colour: iteration time change",
+        f"{agg['name']}: {cmp['axis']}={value} vs {cmp['baseline']}; colour: iteration time "
+        "change, text: mean changes over seeds",
         fontsize=9,
     )
     fig.colorbar(im, ax=ax, label="iteration time change (%)")

@@ -104,9 +104,9 @@ def predict(scenario: str, as_json: bool) -> None:
         "per worker per iteration"
     )
     out.print(
-        f"compute {p['compute_s'] * 1e3:.1f} ms, network {p['network_s'] * 1e3:.1f} ms "
-        f"(TCP goodput {p['efficiency']:.3f} of the rate), "
-        f"R_cp_to_nw {p['compute_to_network_ratio']:.3g}"
+        f"compute {p['compute_s'] * 1e3:.1f} ms, network {p['network_s'] * 1e3:.1f} ms at the "
+        f"link rate (R_cp_to_nw {p['compute_to_network_ratio']:.3g}); the model moves bytes at "
+        f"TCP's {p['efficiency']:.3f} of the rate"
     )
     out.print(
         f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/], "
@@ -314,10 +314,11 @@ def report(runs: tuple[Path, ...], as_json: bool, no_plots: bool) -> None:
 
 def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
     from testbed import aggregate as ag
+    from testbed.sweep import short_name
 
     agg = ag.aggregate(path)
-    plot = None if no_plots else ag.plot_map(agg, path / "plots" / "map.png")
-    agg["plots"] = [str(plot)] if plot else []
+    plots, why_not = ([], None) if no_plots else ag.plot_maps(agg, path / "plots")
+    agg["plots"] = [str(p) for p in plots]
     if as_json:
         click.echo(json.dumps(agg, indent=2))
         return
@@ -333,7 +334,7 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
         "flow-matched FCT change and censored flows (baseline/other) below"
     )
     for a in agg["axes"]:
-        t.add_column(a.rsplit(".", 1)[-1])
+        t.add_column(short_name(a))
     t.add_column(cmp["axis"])
     t.add_column("seeds", justify="right")
     for col in ("small", "medium", "large", "iteration", "small flows"):
@@ -355,6 +356,8 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
     out.print(t)
     for p in agg["plots"]:
         out.print(f"plot: {p}")
+    if why_not:
+        out.print(why_not)
 
 
 def _spread_text(s: dict[str, Any]) -> str:

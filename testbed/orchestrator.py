@@ -304,18 +304,18 @@ def _live(
         for w in workloads:
             w.launch()
             stop.check()
-        state.set_phase("running")  # every workload process exists from here on
         t_ready = _wait_ready(workloads, metrics, ui, stop)
-        m = s.measure
-        window = Window(time.time() + START_MARGIN_S, s.duration, m.warmup, m.cooldown, m.drain)
+        window = s.timeline(time.time() + START_MARGIN_S)
         for w in workloads:
             w.go(window)
+        state.set_phase("running")  # every workload process exists and has its t0
         log.info(
             "workloads ready in %.1f s; t0 in %.1f s, measured window [%.1f s, %.1f s] of %.1f s",
-            t_ready, START_MARGIN_S, *s.window, s.duration,
+            t_ready, START_MARGIN_S, window.warmup, window.duration - window.cooldown, s.duration,
         )  # fmt: skip
         ui.phase("running")
         snaps = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)
+        state.set_phase("draining")
         _drain(window, workloads, metrics, rt, plans, ui, stop)
         t_drain = max(0.0, time.time() - window.end)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from testbed.errors import ScenarioError, TestbedError
 from testbed.metrics import describe, size_class
-from testbed.window import Window
 
 CLASSES = ("small", "medium", "large", "all")
 
@@ -62,9 +62,6 @@ class Run:
             }
         return out
 
-    def window(self) -> Window | None:
-        return Window.from_summary(self.summary)
-
     def scenario(self) -> dict[str, Any]:
         import yaml
 
@@ -82,8 +79,14 @@ class Run:
             return None
 
     def flows_in_window(self) -> list[dict[str, str]]:
-        """The measured flows: those that started inside the window, completed or censored."""
-        return [f for f in self.rows("flows.csv") if f.get("measured") == "True"]
+        """The measured flows: those that started inside the window, completed or not."""
+        flows = self.rows("flows.csv")
+        if flows and "measured" not in flows[0]:
+            raise ScenarioError(
+                f"{self.path}: written by an older testbed (flows.csv has no 'measured' column); "
+                "run the scenario again to compare it"
+            )
+        return [f for f in flows if f["measured"] == "True"]
 
 
 def describe_run(run: Run) -> dict[str, Any]:
@@ -106,7 +109,7 @@ def describe_run(run: Run) -> dict[str, Any]:
     return out
 
 
-def _pct(new: float | None, base: float | None) -> float | None:
+def pct_change(new: float | None, base: float | None) -> float | None:
     if new is None or base is None or base == 0:
         return None
     return (new - base) / base * 100
@@ -119,7 +122,9 @@ def compare(runs: list[Run]) -> dict[str, Any]:
         entry: dict[str, Any] = {"run": str(other.path)}
         if base.websearch and other.websearch:
             entry["fct_mean_change_pct"] = {
-                c: _pct(other.websearch["fct_s"][c]["mean"], base.websearch["fct_s"][c]["mean"])
+                c: pct_change(
+                    other.websearch["fct_s"][c]["mean"], base.websearch["fct_s"][c]["mean"]
+                )
                 for c in CLASSES
             }
             # a censored flow has no FCT: the means above leave it out, so say how many
@@ -131,7 +136,7 @@ def compare(runs: list[Run]) -> dict[str, Any]:
                 for c in CLASSES
             }
         if base.horovod and other.horovod:
-            entry["iteration_time_mean_change_pct"] = _pct(
+            entry["iteration_time_mean_change_pct"] = pct_change(
                 other.horovod["iteration_time_s"]["mean"], base.horovod["iteration_time_s"]["mean"]
             )
         if (
@@ -144,35 +149,50 @@ def compare(runs: list[Run]) -> dict[str, Any]:
     return result
 
 
-def per_flow(base: Run, other: Run) -> dict[str, Any]:
-    """Same seed → same flow ids, sizes, destinations and arrival offsets: compare flow by flow.
-    Only flows completed in both runs have two FCTs; those censored in either run are counted
-    beside the result, so the flows that suffered most cannot vanish unseen."""
-    a = {f["id"]: f for f in base.flows_in_window()}
+@dataclass
+class Matched:
+    """The measured flows of a baseline run, paired by id with the same flows of another run
+    of the same seed (same sizes, destinations and arrival offsets)."""
+
+    pairs: list[tuple[float, float]]  # (baseline FCT, other FCT) of flows completed in both
+    censored: dict[str, int]  # measured flows without an FCT, per run
+
+
+def matched_flows(base: Run, other: Run, cls: str) -> Matched:
+    """Pair flow by flow. A flow that has no FCT in either run (censored, or failed) is not
+    compared but counted, so the flows that suffered most cannot vanish unseen."""
     b = {f["id"]: f for f in other.rows("flows.csv")}
-    out: dict[str, Any] = {}
-    for c in CLASSES:
-        changes = []
-        censored = {"baseline": 0, "run": 0}
-        for fid, fa in a.items():
-            fb = b.get(fid)
-            if fb is None or fb["size_bytes"] != fa["size_bytes"]:
-                continue
-            if c != "all" and size_class(int(fa["size_bytes"])) != c:
-                continue
-            done_a, done_b = fa["completed"] == "True", fb["completed"] == "True"
-            censored["baseline"] += not done_a
-            censored["run"] += not done_b
-            if done_a and done_b:
-                changes.append(flow_change_pct(fa, fb))
-        d = describe(changes)
-        out[c] = {"matched": d["count"], "mean_change_pct": d["mean"], "median_change_pct": d["p50"],
-                  "faster": sum(1 for x in changes if x < 0), "censored": censored}  # fmt: skip
+    out = Matched([], {"baseline": 0, "run": 0})
+    for fa in base.flows_in_window():
+        if cls != "all" and size_class(int(fa["size_bytes"])) != cls:
+            continue
+        fb = b.get(fa["id"])
+        if fb is not None and fb["size_bytes"] != fa["size_bytes"]:
+            raise ScenarioError(
+                f"{other.path}: flow {fa['id']} has another size than in {base.path}; "
+                "these runs did not use the same seed and flow sizes"
+            )
+        done_a = fa["completed"] == "True"
+        done_b = fb is not None and fb["completed"] == "True"
+        out.censored["baseline"] += not done_a
+        out.censored["run"] += not done_b
+        if done_a and done_b:
+            out.pairs.append((float(fa["fct_s"]), float(fb["fct_s"])))  # type: ignore[index]
     return out
 
 
-def flow_change_pct(base: dict[str, str], other: dict[str, str]) -> float:
-    return (float(other["fct_s"]) - float(base["fct_s"])) / float(base["fct_s"]) * 100
+def per_flow(base: Run, other: Run) -> dict[str, Any]:
+    """Same seed → the same flows: per size class, the mean and median of the per-flow % change
+    of FCT over the flows completed in both runs, how many got faster, and how many had no
+    FCT in each run."""
+    out: dict[str, Any] = {}
+    for c in CLASSES:
+        m = matched_flows(base, other, c)
+        changes = [(fb - fa) / fa * 100 for fa, fb in m.pairs]
+        d = describe(changes)
+        out[c] = {"matched": d["count"], "mean_change_pct": d["mean"], "median_change_pct": d["p50"],
+                  "faster": sum(1 for x in changes if x < 0), "censored": m.censored}  # fmt: skip
+    return out
 
 
 # ---------------------------------------------------------------- plots
@@ -345,5 +365,5 @@ def fmt_ms(x: float | None) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.1f}"
 
 
-def fmt_pct(x: float | None) -> str:
+def fmtpct_change(x: float | None) -> str:
     return "–" if x is None else f"{x:+.1f}%"

@@ -35,6 +35,7 @@ from testbed.units import (
     parse_rate,
     parse_size,
 )
+from testbed.window import Window
 
 Rate = Annotated[
     int,
@@ -513,16 +514,19 @@ class Scenario(BaseModel):
                 raise _FieldError(("workloads", key, loc), msg) from None
         return self
 
-    @property
-    def window(self) -> tuple[float, float]:
-        """The measured window as offsets from the workloads' common start (seconds)."""
-        return self.measure.warmup, self.duration - self.measure.cooldown
+    def timeline(self, t0: float = 0.0) -> Window:
+        """The run's timeline with the workloads' common start at t0 (offsets when t0 = 0)."""
+        m = self.measure
+        return Window(t0, self.duration, m.warmup, m.cooldown, m.drain)
 
-    def with_overrides(self, overrides: dict[str, Any], source: str = "command line") -> Scenario:
+    def with_overrides(
+        self, overrides: dict[str, Any], source: str = "command line", base_dir: Path | None = None
+    ) -> Scenario:
         """This scenario with dotted-path values replaced, re-resolved from its inputs
-        (e.g. {"topology.link_rate": "1gbit"} re-derives compute times and arrival rates)."""
+        (e.g. {"topology.link_rate": "1gbit"} re-derives compute times and arrival rates).
+        Relative file names among the new values are taken from `base_dir`."""
         data = apply_overrides(self.model_dump(mode="json"), overrides)
-        return load_scenario_data(data, source=source)
+        return load_scenario_data(data, source=source, base_dir=base_dir)
 
 
 # Inputs that set one another: giving one in an override drops the other from the same object.

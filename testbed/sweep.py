@@ -40,7 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from testbed.errors import EnvironmentProblem, ScenarioError, TestbedError
-from testbed.scenario import Scenario, dump_scenario, format_validation_error, load_scenario
+from testbed.scenario import Scenario, format_validation_error, load_scenario
 
 log = logging.getLogger("testbed")
 
@@ -80,6 +80,13 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"{k}: give at least one value")
         return v
 
+    @field_validator("axes", "set")
+    @classmethod
+    def _no_seed(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "seed" in v:
+            raise ValueError("seed: the seeds of a sweep are given by `seeds:`, not here")
+        return v
+
     def axis_names(self) -> list[str]:
         return [*self.axes, "seed", *self.paired]
 
@@ -95,7 +102,7 @@ class Point:
 
     @property
     def title(self) -> str:
-        return "  ".join(f"{_short(k)}={v}" for k, v in self.labels.items())
+        return "  ".join(f"{short_name(k)}={v}" for k, v in self.labels.items())
 
 
 @dataclass
@@ -107,8 +114,13 @@ class Outcome:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def _short(axis: str) -> str:
+def short_name(axis: str) -> str:
+    """An axis' column in sweep.csv and tables: the last part of its dotted path."""
     return axis.rsplit(".", 1)[-1]
+
+
+# sweep.csv's own columns; an axis may not be called like one of them
+RESERVED = {"index", "folder", "seed", "status", "wall_s", "error"}
 
 
 def _label(v: Any) -> str:
@@ -121,7 +133,18 @@ def _slug(values: list[str]) -> str:
 
 
 def identity_of(s: Scenario) -> str:
-    return hashlib.sha256(dump_scenario(s).encode()).hexdigest()[:16]
+    """What makes two runs the same run: the resolved scenario without its name and
+    description, with files (a flow-size CSV, a layer profile) by content, not by path, so
+    that renaming the sweep or moving the checkout does not make finished points run again."""
+    data = s.model_dump(mode="json")
+    data.pop("name", None)
+    data.pop("description", None)
+    for key, field_name in (("websearch", "sizes"), ("horovod", "profile")):
+        w = (data.get("workloads") or {}).get(key)
+        if w and w.get(field_name) and Path(w[field_name]).is_file():
+            w[field_name] = "sha256:" + hashlib.sha256(Path(w[field_name]).read_bytes()).hexdigest()
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def load_spec(path: Path) -> SweepSpec:
@@ -138,6 +161,16 @@ def load_spec(path: Path) -> SweepSpec:
     except ValidationError as e:
         raise ScenarioError(format_validation_error(e, str(path))) from None
     names = spec.axis_names()
+    columns: dict[str, str] = {}
+    for axis in names:
+        col = short_name(axis) if axis in spec.axes else axis
+        if col in columns or (col in RESERVED and axis != "seed") or col in KEY_COLUMNS:
+            other = columns.get(col, "a column of sweep.csv")
+            raise ScenarioError(
+                f"{path}: axes: {axis!r} and {other!r} would share the column {col!r}; "
+                "name a paired axis instead, or drop one"
+            )
+        columns[col] = axis
     if spec.compare is not None:
         if spec.compare.axis not in names:
             raise ScenarioError(
@@ -186,7 +219,9 @@ def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
             overrides.update(o)
         where = ", ".join(f"{k}={v}" for k, v in labels.items())
         try:
-            s = base.with_overrides(overrides, source=f"{sweep_file} ({where})")
+            s = base.with_overrides(
+                overrides, source=f"{sweep_file} ({where})", base_dir=sweep_file.parent.resolve()
+            )
         except ScenarioError as e:
             raise ScenarioError(str(e)) from None
         ident = identity_of(s)
@@ -226,9 +261,11 @@ def finished_runs(runs_dir: Path) -> dict[str, Path]:
 
 
 def _set_aside(folder: Path) -> None:
-    """A failed or half-written earlier attempt keeps its records, out of the way."""
+    """An earlier attempt keeps its records, out of the way: `.failed-N` for a run that did
+    not finish, `.stale-N` for a finished run of another scenario (the sweep file changed)."""
+    kind = "stale" if _summary_of(folder).get("status") == "ok" else "failed"
     for n in itertools.count(1):
-        dest = folder.with_name(f"{folder.name}.failed-{n}")
+        dest = folder.with_name(f"{folder.name}.{kind}-{n}")
         if not dest.exists():
             folder.rename(dest)
             return
@@ -308,6 +345,13 @@ def _summary_of(folder: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ results
 
 
+KEY_COLUMNS = {
+    "duration_s", "iteration_mean_s", "iteration_p99_s", "iterations_measured",
+    "flows_measured", "censored", "failed", "max_flow_rate_over_link", "drain_s",
+    *(f"fct_{c}_{k}" for c in ("small", "medium", "large", "all") for k in ("mean_s", "count")),
+}  # fmt: skip
+
+
 def key_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     """The per-run columns of sweep.csv."""
     h = summary.get("horovod") or {}
@@ -321,6 +365,7 @@ def key_metrics(summary: dict[str, Any]) -> dict[str, Any]:
         "iterations_measured": h.get("iterations_measured"),
         "flows_measured": w.get("flows_measured"),
         "censored": w.get("censored"),
+        "failed": w.get("failed"),
         "max_flow_rate_over_link": w.get("max_flow_rate_over_link"),
         "drain_s": summary.get("drain_s"),
     }
@@ -338,7 +383,7 @@ def write_results(
     for o in outcomes:
         rows.append({
             "index": o.point.index, "folder": f"runs/{o.point.folder}",
-            **{_short(k) if k in spec.axes else k: o.point.labels[k] for k in names},
+            **{short_name(k) if k in spec.axes else k: o.point.labels[k] for k in names},
             "status": "ok" if o.status == "skipped" else o.status,
             "wall_s": round(o.wall_s, 2), "error": o.error or "",
             **key_metrics(o.summary),
@@ -360,6 +405,8 @@ def write_results(
         "wall_s": round(wall_s, 1),
         "run_s": round(sum(o.wall_s for o in outcomes), 1),
         "results": rows,
+        # the same points keyed by full axis names, for `testbed report`
+        "labels": [o.point.labels for o in outcomes],
     }
     tmp = out / "sweep.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1))

@@ -58,6 +58,16 @@ def _child(req: dict[str, Any], server_pid: int, server_out: int) -> None:
     code = 1
     try:
         os.close(server_out)  # the server's reply pipe is the server's alone
+        # the program's log first, so that a failure to enter the node is reported there
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         libc = _libc()
@@ -75,15 +85,6 @@ def _child(req: dict[str, Any], server_pid: int, server_out: int) -> None:
         _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL), "prctl PDEATHSIG")
         if os.getppid() != server_pid:  # the server died between fork and prctl
             os._exit(1)
-        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
         os.environ.clear()
         os.environ.update(req["env"])
         sys.argv = [req["module"], *req["argv"]]
@@ -102,10 +103,13 @@ def _child(req: dict[str, Any], server_pid: int, server_out: int) -> None:
 
 
 def serve(preload: list[str]) -> int:
+    # The reply pipe is fd 1; keep a private copy and point fd 1 at the log, so that nothing a
+    # preloaded module prints can corrupt the protocol.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    out = os.fdopen(out_fd, "w", buffering=1)
     for name in preload:
         importlib.import_module(name)
-    out_fd = os.dup(1)
-    out = os.fdopen(out_fd, "w", buffering=1)
 
     def say(msg: dict[str, Any]) -> None:
         out.write(json.dumps(msg) + "\n")
@@ -218,7 +222,10 @@ class ForkServer:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
-            msg = json.loads(raw)
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue  # not ours (the server sends only JSON lines)
             with self._cv:
                 if "exit" in msg:
                     self._exits[msg["exit"]] = msg["code"]
@@ -303,9 +310,22 @@ def shared(preload: tuple[str, ...], log_path: Path) -> ForkServer:
     holds nothing of any run, and it dies with this process (PDEATHSIG) or at exit."""
     fs = _SHARED.get(preload)
     if fs is None or not fs.alive():
-        fs = _SHARED[preload] = ForkServer(list(preload), log_path)
-        fs.wait_ready(timeout=120)
+        fs = ForkServer(list(preload), log_path)
+        try:
+            fs.wait_ready(timeout=120)
+        except BaseException:
+            fs.close()
+            raise
+        _SHARED[preload] = fs
     return fs
+
+
+def discard(preload: tuple[str, ...]) -> None:
+    """Forget a server that failed to start a program; the next run starts a new one."""
+    fs = _SHARED.pop(preload, None)
+    if fs is not None:
+        with contextlib.suppress(Exception):
+            fs.close()
 
 
 @atexit.register

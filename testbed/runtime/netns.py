@@ -237,7 +237,13 @@ class NetnsRuntime:
         """Start Python program `module` (its `main(argv)`) inside namespace `ns`, forked from
         a server that has imported `preload` once for this process (see forkserver.py)."""
         fs = forkserver.shared(tuple(preload), log_path.parent / "forkserver.log")
-        return fs.spawn(NETNS_DIR / ns, module, argv, log_path, dict(env), gid=gid, new_uts=new_uts)
+        try:
+            return fs.spawn(
+                NETNS_DIR / ns, module, argv, log_path, dict(env), gid=gid, new_uts=new_uts
+            )
+        except RunFailure:
+            forkserver.discard(tuple(preload))
+            raise
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

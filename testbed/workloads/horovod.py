@@ -34,10 +34,9 @@ from testbed.runtime.forkserver import ForkedProcess
 from testbed.runtime.netns import NETNS_DIR, NetnsRuntime
 from testbed.scenario import HorovodWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
-from testbed.window import Window
 from testbed.workloads import derive
 from testbed.workloads.horovod_worker import FIELDS
-from testbed.workloads.procs import count_rows, read_csvs, stop_all
+from testbed.workloads.procs import Synchronised, count_rows, present, read_csvs, stop_all
 from testbed.workloads.rendezvous import RendezvousStore
 
 log = logging.getLogger(__name__)
@@ -108,7 +107,7 @@ class Rendezvous:
         self.store.stop()
 
 
-class HorovodJob:
+class HorovodJob(Synchronised):
     name = "horovod"
 
     def __init__(
@@ -121,8 +120,6 @@ class HorovodJob:
         self.dscp = cfg.d.dscp
         self.procs: list[tuple[Host, ForkedProcess]] = []
         self.rdv: Rendezvous | None = None
-        self.go_file = self.dir / "go.json"
-        self.window: Window | None = None
 
     def _config(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -211,11 +208,7 @@ class HorovodJob:
 
     def ready(self) -> tuple[int, int]:
         """Workers are ready once Horovod is initialised and every rank is connected."""
-        return sum(self._marker(h, "ready").exists() for h in self.hosts), len(self.hosts)
-
-    def go(self, window: Window) -> None:
-        self.window = window
-        window.write(self.go_file)
+        return present(self._marker(h, "ready") for h in self.hosts), len(self.hosts)
 
     def draining(self) -> bool:
         return False  # training runs on until finish(); it has nothing of its own to drain
@@ -231,24 +224,25 @@ class HorovodJob:
 
     def finish(self) -> None:
         """Ask for the collective stop (SIGUSR1 to every worker; they agree on the last
-        iteration among themselves) and wait for every worker's `.done`: at most two
-        iterations, and the run's slowest iteration bounds how long one can take."""
+        iteration among themselves) and wait for every worker's `.done`. The vote is read one
+        iteration late with a barrier and two without (horovod_worker.StopVote), so a stop
+        takes at most that many iterations plus the current one; the run's slowest iteration
+        bounds how long one can take."""
         for _, p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGUSR1)
         longest = max([self.cfg.d.compute_time, *(float(r["duration_s"]) for r in self.records())])
-        deadline = time.monotonic() + max(10.0, 3 * longest)
+        iterations = 2 if self.cfg.barrier else 3
+        limit = max(10.0, (iterations + 1) * longest)
+        deadline = time.monotonic() + limit
         done = [self._marker(h, "done") for h in self.hosts]
         while not all(d.exists() for d in done) and time.monotonic() < deadline:
             if any(p.poll() not in (None, 0) for _, p in self.procs):
                 break
             time.sleep(0.05)
-        if not all(d.exists() for d in done):
-            log.warning(
-                "horovod: workers %s did not stop within %.0f s",
-                ", ".join(h.name for h, d in zip(self.hosts, done, strict=True) if not d.exists()),
-                max(10.0, 3 * longest),
-            )
+        late = [h.name for h, d in zip(self.hosts, done, strict=True) if not d.exists()]
+        if late:
+            log.warning("horovod: workers %s did not stop within %.0f s", ", ".join(late), limit)
 
     def check(self) -> None:
         """One dead worker makes its peers fail moments later (their ring connections
@@ -257,7 +251,7 @@ class HorovodJob:
         dead = [
             (rc >= 0, p.exit_order, h, rc)
             for h, p in self.procs
-            if (rc := p.poll()) is not None and (rc != 0 or self.cfg.iterations is None)
+            if (rc := p.poll()) is not None and (rc != 0 or not self._marker(h, "done").exists())
         ]
         if dead:
             *_, h, rc = min(dead, key=lambda d: d[:2])

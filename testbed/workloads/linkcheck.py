@@ -20,8 +20,7 @@ from testbed.metrics import describe
 from testbed.runtime.netns import NetnsRuntime
 from testbed.scenario import LinkcheckWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
-from testbed.window import Window
-from testbed.workloads.procs import stop_all
+from testbed.workloads.procs import Synchronised, present, stop_all
 
 log = logging.getLogger(__name__)
 NODE_PROGRAM = [sys.executable, "-m", "testbed.workloads.linkcheck_node"]
@@ -62,7 +61,7 @@ def goodput_bps(samples: list[list[float]], t_from: float, t_to: float) -> float
     return (_interp(samples, t_to) - _interp(samples, t_from)) * 8 / (t_to - t_from)
 
 
-class Linkcheck:
+class Linkcheck(Synchronised):
     name = "linkcheck"
 
     def __init__(
@@ -84,19 +83,13 @@ class Linkcheck:
             classes = cfg.bulk_classes if cfg.bulk_classes is not None else prof.class_names
             self.bulk_dscp = [prof.cls(c).mark for c in classes]
         self.short_class = cfg.short_class or s.tc_profile.class_names[0]
-        self.window: Window | None = None
-        self.go_file = self.dir / "go.json"
 
     def ready(self) -> tuple[int, int]:
         clients = [p for p in self.procs if p.role == "client"]
-        return sum(p.out.with_suffix(".ready").exists() for p in clients), len(clients)
+        return present(p.out.with_suffix(".ready") for p in clients), len(clients)
 
     def draining(self) -> bool:
         return False
-
-    def go(self, window: Window) -> None:
-        self.window = window
-        window.write(self.go_file)
 
     def launch(self) -> None:
         """Servers listen at once; clients wait for the go file and start together at t0."""

@@ -24,10 +24,10 @@ the layers the next forward needs first). Barrier: the next forward waits for ev
 without it, forward of layer j waits only for layer j's own reduction.
 
 Iteration time is measured as the thesis' simulator does: the time between the ends of two
-consecutive forward passes; over more iterations the last interval is the steady state. With a
-barrier, all reductions of one iteration end before the next backward begins, so iterations
-never share the link; without one, forward of the last layer waits for the last reduction, which
-gives the same guarantee.
+consecutive forward passes; over more iterations the last interval is the steady state.
+Iterations never share the link: with a barrier the next forward waits for every reduction,
+and without one each layer's forward waits for its own, so by the end of the next forward
+pass (before any new gradient exists) every reduction of the previous iteration is done.
 """
 
 from __future__ import annotations
@@ -159,19 +159,6 @@ def simulate(layers: list[Layer], net: Network, sched: Schedule, iterations: int
     return Prediction(fe[-1] - fe[-2] if len(fe) > 1 else fe[0], fe, be, transfers)
 
 
-def iteration_time(
-    layers: list[Layer],
-    n_workers: int,
-    rate_bps: float,
-    barrier: bool = True,
-    fusion_bytes: float = 0.0,
-    queue: Literal["fifo", "priority"] = "fifo",
-) -> float:
-    """Steady-state iteration time of a Horovod job on a link of `rate_bps` (real TCP)."""
-    sched = Schedule(fusion_bytes, "dynamic", queue, barrier)
-    return simulate(layers, Network(n_workers, rate_bps), sched).iteration_s
-
-
 def thesis_ch4_layers(
     model_bytes: float = 100e6, n_layers: int = 100, compute_s: float = 0.9
 ) -> list[Layer]:
@@ -210,6 +197,11 @@ def for_scenario(s: Scenario) -> dict[str, Any]:
     h = s.workloads.horovod
     if h is None:
         raise ValueError("workloads.horovod: the scenario has no Horovod job to predict")
+    if h.mode != "synthetic":
+        raise ValueError(
+            "workloads.horovod.mode: the model predicts synthetic jobs (their layer profile is "
+            "known); a real model's layers and compute are not"
+        )
     d = h.d
     n = len(h.hosts) if h.hosts else s.topology.hosts
     rate = s.topology.link_rate
@@ -228,7 +220,7 @@ def for_scenario(s: Scenario) -> dict[str, Any]:
         "model_bytes": d.model_bytes,
         "bytes_per_iteration": d.bytes_per_iteration,
         "compute_s": d.compute_time,
-        "network_s": d.bytes_per_iteration * 8 / (rate * net.efficiency),
+        "network_s": d.bytes_per_iteration * 8 / rate,  # at the raw rate, as R is defined
         "compute_to_network_ratio": d.compute_to_network_ratio,
         "iteration_s": it,
         "u_horovod_pct": d.bytes_per_iteration * 8 / (it * rate) * 100,

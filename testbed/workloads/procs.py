@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed.window import Window
+
 
 class NodeProcess(Protocol):
     """A process in a node: a Popen, or a child of the fork server."""
@@ -19,6 +21,28 @@ class NodeProcess(Protocol):
     def terminate(self) -> None: ...
     def kill(self) -> None: ...
     def wait(self, timeout: float | None = None) -> int: ...
+
+
+class Synchronised:
+    """The start protocol every workload's node programs follow: each writes a `.ready`
+    marker once initialised, then waits for the go file, which names the common t0 and the
+    measured window (window.py). A subclass sets `dir` and counts its own markers."""
+
+    dir: Path
+    window: Window | None = None
+
+    @property
+    def go_file(self) -> Path:
+        return self.dir / "go.json"
+
+    def go(self, window: Window) -> None:
+        self.window = window
+        window.write(self.go_file)
+
+
+def present(markers: Iterable[Path]) -> int:
+    """How many of these marker files exist."""
+    return sum(1 for m in markers if m.exists())
 
 
 def stop_all(popens: Iterable[NodeProcess], grace_s: float = 5.0) -> None:

@@ -29,7 +29,6 @@ class RendezvousStore:
             self.scope_size["global"] = s.size
             self.scope_size[f"local_{s.hostname}"] = s.local_size
             self.scope_size[f"cross_{s.local_rank}"] = s.cross_size
-        self.requests = 0
         self._loop = asyncio.new_event_loop()
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, address, 0, backlog=1024)
@@ -66,7 +65,6 @@ class RendezvousStore:
             writer.close()
 
     def _serve(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
-        self.requests += 1
         parts = path.split("/")
         if len(parts) != 3:
             return 400, b""

@@ -17,26 +17,26 @@ from testbed.metrics.exporters import WEBSEARCH_PORT
 from testbed.runtime.netns import NetnsRuntime
 from testbed.scenario import Scenario, WebsearchWorkload
 from testbed.topology import Host, TopologyPlan
-from testbed.window import Window
 from testbed.workloads import flowsizes
 from testbed.workloads.horovod import selected_hosts
-from testbed.workloads.procs import count_rows, read_csvs, stop_all
+from testbed.workloads.procs import Synchronised, count_rows, present, read_csvs, stop_all
 from testbed.workloads.websearch_node import FIELDS, arrivals, host_rng
 
 log = logging.getLogger(__name__)
 
 
 def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """FCT per pFabric size class over the measured flows, with the censored ones counted
-    beside the statistics: a flow that started inside the window and had not finished when
-    the drain limit ran out has no FCT, but it must not vanish from the picture."""
+    """FCT per pFabric size class over the measured flows, with the flows that have no FCT
+    counted beside the statistics: censored (still running when the drain limit ran out) and
+    failed (a connection error). They must not vanish from the picture."""
     out = {}
     for cls in ("small", "medium", "large", "all"):
         mine = [r for r in rows if cls == "all" or size_class(int(r["size_bytes"])) == cls]
         d = describe([float(r["fct_s"]) for r in mine if r["completed"] == "True"])
         out[cls] = {
             "count": d["count"],
-            "censored": sum(1 for r in mine if r["completed"] != "True"),
+            "censored": sum(1 for r in mine if r["completed"] != "True" and not r.get("error")),
+            "failed": sum(1 for r in mine if r["completed"] != "True" and r.get("error")),
             **{k: d[k] for k in ("mean", "p50", "p99")},
         }
     return out
@@ -49,25 +49,27 @@ def rate_over_link(row: dict[str, Any], link_bps: float) -> float:
 
 def planned_flows(s: Scenario) -> list[tuple[str, float, int]]:
     """(host, start offset from t0, size) of every flow the generators will start inside the
-    measured window: the same draws the nodes make, so a sweep can be sized before it runs."""
+    measured window: the same draws the nodes make, so a sweep can be sized before it runs.
+    A node places a flow by when it really starts, a few ms after its draw under load, so a
+    flow drawn at the very edge of the window may fall on the other side of it."""
     w = s.workloads.websearch
     if w is None:
         return []
     cdf, _ = flowsizes.resolve(w.sizes, None)
     names = w.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
-    lo, hi = s.window
+    win = s.timeline()  # offsets from t0
     out = []
     for h in names:
         peers = sorted(n for n in names if n != h)
         for t, size, _ in arrivals(host_rng(s.seed, h), w.d.arrival_rate, cdf, peers):
-            if t >= hi:
+            if t >= win.stop:
                 break
-            if t >= lo:
+            if win.contains(t):
                 out.append((h, t, size))
     return out
 
 
-class Websearch:
+class Websearch(Synchronised):
     name = "websearch"
 
     def __init__(
@@ -84,8 +86,6 @@ class Websearch:
         self.hosts = selected_hosts(topo, cfg.hosts)
         self.dscp = cfg.d.dscp
         self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
-        self.go_file = self.dir / "go.json"
-        self.window: Window | None = None
 
     def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -133,11 +133,7 @@ class Websearch:
         )
 
     def ready(self) -> tuple[int, int]:
-        return sum(self._marker(h, "ready").exists() for h in self.hosts), len(self.hosts)
-
-    def go(self, window: Window) -> None:
-        self.window = window
-        window.write(self.go_file)
+        return present(self._marker(h, "ready") for h in self.hosts), len(self.hosts)
 
     def _marker(self, h: Host, kind: str) -> Path:
         return self.dir / f"flows-{h.name}.{kind}"
@@ -199,7 +195,8 @@ class Websearch:
             "flows_started": len(rows),
             "flows_completed": sum(1 for r in rows if r["completed"] == "True"),
             "flows_measured": len(measured),
-            "censored": len(measured) - len(done),
+            "censored": sum(1 for r in measured if r["completed"] != "True" and not r["error"]),
+            "failed": sum(1 for r in measured if r["error"]),
             "arrival_rate_per_host": {
                 "configured": d.arrival_rate,
                 "achieved": len(measured) / span / len(self.hosts),

@@ -26,7 +26,9 @@ import argparse
 import asyncio
 import csv
 import json
+import os
 import random
+import signal
 import socket
 import struct
 import sys
@@ -54,6 +56,7 @@ FIELDS = [
     "completed",
     "bytes_received",
     "measured",
+    "error",
 ]
 
 
@@ -110,7 +113,6 @@ class Generator:
         self.dscp: int = cfg["dscp"]
         self.port: int = cfg["port"]
         self.rng = host_rng(cfg["seed"], args.host)
-        self.window: Window | None = None
         self.out = open(args.out, "w", newline="")  # noqa: SIM115 - lives as long as the process
         self.csv = csv.writer(self.out)
         self.csv.writerow(FIELDS)
@@ -122,9 +124,19 @@ class Generator:
         self.csv.writerow([
             rec["id"], self.args.host, rec["dst"], rec["size"], f"{rec['start']:.6f}",
             f"{end:.6f}" if end else "", f"{fct:.6f}" if fct is not None else "",
-            self.dscp, rec["completed"], rec["received"], rec["measured"],
+            self.dscp, rec["completed"], rec["received"], rec["measured"], rec.get("error", ""),
         ])  # fmt: skip
         self.out.flush()
+
+    def abandon(self) -> None:
+        """Stopped before the drain ended (SIGTERM): the flows still running are written as
+        not completed, so a measured one is counted as censored rather than lost."""
+        if self.out.closed:
+            return
+        for rec in list(self.running.values()):
+            self.record(rec)
+        self.running.clear()
+        self.out.close()
 
     async def flow(self, rec: dict[str, Any]) -> None:
         self.running[rec["id"]] = rec
@@ -221,6 +233,12 @@ async def amain(args: argparse.Namespace) -> int:
         f"{cfg['rate_per_host']:.3f} flows/s out",
         flush=True,
     )
+
+    def terminated() -> None:
+        gen.abandon()
+        os._exit(0)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminated)
     args.out.with_suffix(".ready").touch()
     window = await asyncio.to_thread(wait_for_go, args.go)
     await gen.run(window)

@@ -26,44 +26,46 @@ def test_capped_link_measures_the_cap(tmp_path, rate):
     assert 0.90 <= ratio <= FRAME_PAYLOAD * 1.01, f"goodput {ratio:.3f} of the cap"
 
 
-# Four Python bulk flows on a 2-core machine: in about one run in six the whole machine
-# stalls long enough that the link carries only ~0.87-0.93 of its cap for that run, with any
-# token-bucket depth (measured at 100 µs, 250 µs and 1 ms alike). The ceiling is what these
-# tests are about; the floor only says the link is not starved.
-LOADED_FLOOR = 0.8
+def run_unstalled(tmp_path, data, node: str, direction: str) -> dict:
+    """Four Python bulk flows on a 2-core machine: in about one run in six the machine stalls
+    long enough that the link carries only ~0.87-0.93 of its cap for that run, with any
+    token-bucket depth (measured at 100 µs, 250 µs and 1 ms alike). One such run is retried;
+    a link that is really shaped wrong fails both."""
+    for attempt in range(2):
+        s = run_scenario(tmp_path / f"try{attempt}", data)
+        wire = link(s, node, direction)["classes"]["be"]["rate_bps"]
+        if wire >= 0.95 * data["topology"]["link_rate"]:
+            break
+    return s
 
 
 def test_uplink_is_shaped(tmp_path):
     """h1 sends to two hosts at once: only h1's uplink can hold the sum to one link rate."""
     rate = 50_000_000
-    s = run_scenario(
-        tmp_path,
-        {
-            "duration": "5s",
-            "topology": {"hosts": 3, "link_rate": rate},
-            "workloads": {"linkcheck": {"pattern": "outcast", "short": False}},
-        },
-    )
+    data = {
+        "duration": "5s",
+        "topology": {"hosts": 3, "link_rate": rate},
+        "workloads": {"linkcheck": {"pattern": "outcast", "short": False}},
+    }
+    s = run_unstalled(tmp_path, data, "h1", "up")
     total = sum(f["goodput_bps"] for f in flows(s, src="h1"))
-    assert LOADED_FLOOR * rate <= total <= rate
-    assert LOADED_FLOOR * rate <= link(s, "h1", "up")["classes"]["be"]["rate_bps"] <= 1.02 * rate
+    assert 0.88 * rate <= total <= rate
+    assert link(s, "h1", "up")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
 
 
 def test_downlink_is_shaped(tmp_path):
     """Two hosts send to h1: each uplink allows a full link, only h1's downlink (the switch
     port where they meet) can hold the sum to one link rate."""
     rate = 50_000_000
-    s = run_scenario(
-        tmp_path,
-        {
-            "duration": "5s",
-            "topology": {"hosts": 3, "link_rate": rate},
-            "workloads": {"linkcheck": {"pattern": "incast", "short": False}},
-        },
-    )
+    data = {
+        "duration": "5s",
+        "topology": {"hosts": 3, "link_rate": rate},
+        "workloads": {"linkcheck": {"pattern": "incast", "short": False}},
+    }
+    s = run_unstalled(tmp_path, data, "h1", "down")
     total = sum(f["goodput_bps"] for f in flows(s, dst="h1"))
-    assert LOADED_FLOOR * rate <= total <= rate
-    assert LOADED_FLOOR * rate <= link(s, "h1", "down")["classes"]["be"]["rate_bps"] <= 1.02 * rate
+    assert 0.88 * rate <= total <= rate
+    assert link(s, "h1", "down")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
     for sender in ("h2", "h3"):
         assert link(s, sender, "up")["classes"]["be"]["rate_bps"] < 0.65 * rate
 

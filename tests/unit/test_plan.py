@@ -82,14 +82,7 @@ def test_missing_netem_is_a_visible_note():
 
 @pytest.mark.parametrize("rate", [10**7, 10**8, 10**9, 10**10, 4 * 10**10])
 def test_burst_and_quantum_scale_with_rate(rate):
-    p = plan_interface(
-        END,
-        LinkSpec(
-            rate,
-        ),
-        profile("thesis-2band"),
-        False,
-    )
+    p = plan_interface(END, LinkSpec(rate), profile("thesis-2band"), False)
     # every bucket (burst and cburst of the cap and of each band) holds 100 µs of the link:
     # enough to absorb late dequeues, too little to let a small flow beat the wire
     for c in of(p, HtbClass):

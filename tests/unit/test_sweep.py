@@ -71,13 +71,21 @@ def test_cartesian_product_with_seeds_inside_and_paired_innermost(tmp_path):
 
 
 def test_identity_is_the_resolved_scenario(tmp_path):
-    """The same point written another way (a ratio that resolves to the same compute time
-    is still another input, but the same values in another order are the same point)."""
-    a = points(tmp_path, {"axes": {"seed": [5]}, "seeds": [1]})
-    b = points(tmp_path, {"set": {"seed": 5}})
+    """Two spellings of one point are one point; a different input is another; the name
+    and description do not matter, and neither does where a flow-size file lives."""
+    a = points(tmp_path, {"set": {"workloads.horovod.compute_time": "0.3s"}})
+    b = points(tmp_path, {"set": {"workloads.horovod.compute_time": "300ms"}})
     assert a[0].identity == b[0].identity
     c = points(tmp_path, {"set": {"duration": "11s"}})
     assert c[0].identity != b[0].identity
+    d = points(tmp_path, {"set": {"description": "same runs, new words", "name": "renamed"}})
+    assert d[0].identity == b[0].identity
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sizes.csv").write_text("bytes,cdf\n1000,0\n5000,1\n")
+    e = points(tmp_path, {"set": {"workloads.websearch.sizes": "one/sizes.csv"}})
+    f = points(tmp_path, {"set": {"workloads.websearch.sizes": "two/sizes.csv"}})
+    assert e[0].identity == f[0].identity != b[0].identity
 
 
 def test_set_applies_to_every_point(tmp_path):
@@ -96,9 +104,22 @@ def test_set_applies_to_every_point(tmp_path):
             {"paired": {"p": {"a": {}}}, "compare": {"axis": "p", "baseline": "b"}},
             "compare.baseline: 'b' is not a value of p",
         ),
-        ({"axes": {"seed": [1, 1]}}, "resolve to the same scenario"),
+        ({"axes": {"workloads.horovod.barrier": [True, True]}}, "resolve to the same scenario"),
         ({"frobnicate": 1}, "frobnicate: unknown field"),
         ({"map": {"x": "a", "y": "b"}}, "map.x: not one of the axes"),
+        ({"set": {"seed": 5}}, "the seeds of a sweep are given by `seeds:`"),
+        ({"axes": {"seed": [1, 2]}}, "the seeds of a sweep are given by `seeds:`"),
+        (
+            {
+                "axes": {
+                    "workloads.horovod.tc_class": ["high"],
+                    "workloads.websearch.tc_class": ["low"],
+                }
+            },
+            "would share the column 'tc_class'",
+        ),
+        ({"axes": {"topology.status": [1]}}, "would share the column 'status'"),
+        ({"paired": {"censored": {"a": {}}}}, "would share the column 'censored'"),
     ],
 )
 def test_bad_sweeps_are_refused_with_the_field(tmp_path, spec, message):

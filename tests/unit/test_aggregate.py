@@ -1,0 +1,102 @@
+"""Sweep aggregation on a hand-made sweep folder: every expected figure is computed by hand
+from the flows and means written here, not by the code under test."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.aggregate import aggregate, plot_maps
+
+R = "workloads.horovod.compute_to_network_ratio"
+U = "workloads.websearch.utilization"
+CLS = "workloads.horovod.tc_class"  # a plain dotted axis is compared, not a paired one
+
+# (utilization, seed, class) → iteration mean, and flows: id → (size, fct or None = censored)
+RUNS = {
+    ("5%", "1", "high"): (1.0, {"a": (5000, 0.010), "b": (5000, 0.030), "c": (5000, None)}),
+    ("5%", "1", "low"): (1.1, {"a": (5000, 0.005), "b": (5000, None), "c": (5000, 0.020)}),
+    ("5%", "1", "mid"): (1.0, {"a": (5000, 0.010), "b": (5000, 0.030), "c": (5000, 0.1)}),
+    ("5%", "2", "high"): (1.0, {"a": (5000, 0.020), "d": (200_000, 0.5)}),
+    ("5%", "2", "low"): (1.3, {"a": (5000, 0.015), "d": (200_000, 0.25)}),
+    ("5%", "2", "mid"): (1.0, {"a": (5000, 0.020), "d": (200_000, 0.5)}),
+}
+
+
+def write_run(folder: Path, seed: str, iteration: float, flows: dict) -> None:
+    folder.mkdir(parents=True)
+    with open(folder / "flows.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "size_bytes", "fct_s", "completed", "measured"])
+        for fid, (size, fct) in flows.items():
+            w.writerow([fid, size, "" if fct is None else fct, fct is not None, True])
+    fct_s = {}
+    for cls, pick in (("small", lambda s: s < 100_000), ("medium", lambda s: s >= 100_000)):
+        xs = [fct for size, fct in flows.values() if pick(size) and fct is not None]
+        fct_s[cls] = {"count": len(xs), "mean": sum(xs) / len(xs) if xs else None}
+    xs = [fct for _, fct in flows.values() if fct is not None]
+    fct_s["all"] = {"count": len(xs), "mean": sum(xs) / len(xs)}
+    fct_s["large"] = {"count": 0, "mean": None}
+    summary = {
+        "status": "ok",
+        "seed": int(seed),
+        "horovod": {"iteration_time_s": {"mean": iteration}},
+        "websearch": {"fct_s": fct_s},
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    results, labels = [], []
+    for i, ((u, seed, cls), (iteration, flows)) in enumerate(RUNS.items()):
+        folder = f"runs/{i:03d}"
+        write_run(tmp_path / folder, seed, iteration, flows)
+        results.append({"folder": folder, "status": "ok"})
+        labels.append({R: "16", U: u, "seed": seed, CLS: cls})
+    results.append({"folder": "runs/999", "status": "failed"})  # ignored
+    labels.append({R: "16", U: "5%", "seed": "3", CLS: "low"})
+    spec = {
+        "axes": {R: [16], U: ["5%"], CLS: ["high", "low", "mid"]},
+        "paired": {},
+        "compare": {"axis": CLS, "baseline": "high"},
+        "map": None,
+    }
+    doc = {"name": "hand", "spec": spec, "points": 7, "ok": 6, "failed": 1,
+           "results": results, "labels": labels}  # fmt: skip
+    (tmp_path / "sweep.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def test_changes_per_seed_and_over_seeds_by_hand(sweep):
+    agg = aggregate(sweep)
+    low = next(c for c in agg["cells"] if c[CLS] == "low")
+    assert low["cell"] == {R: "16", U: "5%"} and low["seeds"] == [1, 2]
+    ch = low["change_pct"]
+    # small means: seed 1: (10+30)/2 = 20 ms → (5+20)/2 = 12.5 ms: -37.5 %; seed 2: 20 → 15: -25 %
+    assert ch["small"]["per_seed"] == pytest.approx([-37.5, -25.0])
+    assert (ch["small"]["mean"], ch["small"]["min"], ch["small"]["max"]) == pytest.approx(
+        (-31.25, -37.5, -25.0)
+    )
+    assert ch["medium"]["per_seed"] == [None, pytest.approx(-50.0)]  # seed 1 has no medium flow
+    assert ch["iteration"]["per_seed"] == pytest.approx([10.0, 30.0])
+    assert ch["iteration"]["mean"] == pytest.approx(20.0)
+    # matched: seed 1 only flow a completed in both (10 → 5 ms: -50 %); b censored in "low",
+    # c censored in "high"; seed 2: a 20 → 15 (-25 %)
+    m = low["matched_change_pct"]["small"]
+    assert m["per_seed"] == pytest.approx([-50.0, -25.0])
+    assert low["censored"]["small"] == {"baseline": 1, "run": 1}
+    assert low["baseline_flows"]["small"] == 2 + 1
+
+
+def test_one_map_per_compared_value(sweep, tmp_path):
+    agg = aggregate(sweep)
+    plots, why = plot_maps(agg, tmp_path / "plots")
+    assert why is None
+    assert sorted(p.name for p in plots) == ["map-low.png", "map-mid.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
+    agg["axes"].append("workloads.topology.hosts")  # a third axis: squares would overlap
+    assert plot_maps(agg, tmp_path / "plots2")[1].startswith("no map")
