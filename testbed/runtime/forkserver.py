@@ -157,6 +157,32 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------- client side (orchestrator)
 
 
+class ExitTable:
+    """Which children ended, with what code, in what order. A sweep forks thousands of
+    processes and pids wrap (at 32768 here), so a new child can get the pid of one that ended
+    in an earlier run: its start forgets that old exit, or the new child would look dead."""
+
+    def __init__(self) -> None:
+        self._codes: dict[int, int] = {}
+        self._order: dict[int, int] = {}
+        self._seq = 0
+
+    def started(self, pid: int) -> None:
+        self._codes.pop(pid, None)
+        self._order.pop(pid, None)
+
+    def ended(self, pid: int, code: int) -> None:
+        self._codes[pid] = code
+        self._order[pid] = self._seq
+        self._seq += 1
+
+    def code(self, pid: int) -> int | None:
+        return self._codes.get(pid)
+
+    def order(self, pid: int) -> int:
+        return self._order.get(pid, self._seq)
+
+
 class ForkedProcess:
     """A child of the fork server, with the parts of Popen's interface the workloads use."""
 
@@ -212,8 +238,7 @@ class ForkServer:
             log.close()
         self._cv = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
-        self._exits: dict[int, int] = {}
-        self._order: dict[int, int] = {}
+        self._exits = ExitTable()
         self._ready: dict[str, Any] | None = None
         self._next = 0
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -228,9 +253,10 @@ class ForkServer:
                 continue  # not ours (the server sends only JSON lines)
             with self._cv:
                 if "exit" in msg:
-                    self._exits[msg["exit"]] = msg["code"]
-                    self._order[msg["exit"]] = len(self._order)
+                    self._exits.ended(msg["exit"], msg["code"])
                 elif "id" in msg:
+                    if "pid" in msg:
+                        self._exits.started(msg["pid"])
                     self._replies[msg["id"]] = msg
                 else:
                     self._ready = msg
@@ -280,15 +306,16 @@ class ForkServer:
 
     def exit_code(self, pid: int) -> int | None:
         with self._cv:
-            if pid in self._exits:
-                return self._exits[pid]
+            code = self._exits.code(pid)
+        if code is not None:
+            return code
         if not self.alive():  # the server is gone, and PDEATHSIG took its children
             return -signal.SIGKILL
         return None
 
     def exit_order(self, pid: int) -> int:
         with self._cv:
-            return self._order.get(pid, len(self._order))
+            return self._exits.order(pid)
 
     def close(self) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:
