@@ -152,8 +152,9 @@ def _attach_log(run_dir: Path) -> logging.Handler:
     return h
 
 
-def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[str, Path]:
-    """Every check that can refuse the run, before anything exists. Returns (run id, folder)."""
+def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario, str, Path]:
+    """Every check that can refuse the run, before anything exists. Returns the scenario with
+    the prefixes it will use, the run id and the run folder."""
     if s.runtime != "netns":
         raise ScenarioError(
             f"runtime: {s.runtime!r} is reserved and not implemented yet; use netns"
@@ -170,18 +171,18 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[str, Pat
                 run_id = new_run_id()
     else:
         check_run_id(run_id)
-    preflight.check_prefixes(s)
+    s = preflight.check_prefixes(s)
     run_dir = out or default_run_dir(s, run_id)
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ScenarioError(f"--out: {run_dir} exists and is not empty; choose a new folder")
-    return run_id, run_dir
+    return s, run_id, run_dir
 
 
 def run(
     s: Scenario, out: Path | None = None, run_id: str | None = None, ui: UI | None = None
 ) -> RunResult:
     ui = ui or QuietUI()
-    run_id, run_dir = prepare(s, out, run_id)
+    s, run_id, run_dir = prepare(s, out, run_id)
     ui.phase("probing kernel")
     caps = preflight.kernel_capabilities()
     warnings: list[str] = []

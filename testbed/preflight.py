@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import shutil
 import socket
@@ -13,6 +14,8 @@ from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.scenario import Scenario
 from testbed.shaping.probe import HOW, Capabilities, probe
 from testbed.state import all_states
+
+log = logging.getLogger(__name__)
 
 BINARIES = {"nsenter": "util-linux (apt-get install util-linux)"}
 
@@ -73,16 +76,51 @@ def host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:
     return out
 
 
-def check_prefixes(s: Scenario) -> None:
-    """Refuse address prefixes that collide with the host's own networks or a live run."""
+def check_prefixes(s: Scenario) -> Scenario:
+    """Refuse prefixes the user chose that collide with the host's own networks or a live run.
+
+    A prefix left at its default moves to the next free one of its size instead (10.10.1.0/24, ...), so two
+    runs at once, or a run beside another tool's 10.10/16, need no editing. The returned scenario
+    carries the prefixes actually used; the run folder's scenario.yaml records them."""
+    routes = host_routes()
     live = {st.run_id for st in all_states() if st.alive()}
+    chosen: dict[str, ipaddress.IPv4Network] = {}
     for field in ("prefix", "management_prefix"):
         net: ipaddress.IPv4Network = getattr(s.topology, field)
-        for other, what in host_routes():
-            if net.overlaps(other):
-                owner = next((r for r in live if f"tb{r}" in what), None)
-                cause = f" (run {owner} is using it)" if owner else ""
-                raise ScenarioError(
-                    f"topology.{field}: {net} overlaps the host's {what}{cause}; "
-                    f"choose another private prefix for topology.{field}"
-                )
+        clash = next((what for other, what in routes if net.overlaps(other)), None)
+        if clash is None:
+            continue
+        if field not in s.topology.model_fields_set:
+            mine = [getattr(s.topology, f) for f in ("prefix", "management_prefix")]
+            taken = [o for o, _ in routes] + mine + list(chosen.values())
+            chosen[field] = _free_prefix(net, taken)
+            log.info("topology.%s: %s is taken (%s); using %s", field, net, clash, chosen[field])
+            continue
+        owner = next((r for r in live if f"tb{r}" in clash), None)
+        cause = f" (run {owner} is using it)" if owner else ""
+        raise ScenarioError(
+            f"topology.{field}: {net} overlaps the host's {clash}{cause}; "
+            f"choose another private prefix for topology.{field}"
+        )
+    if not chosen:
+        return s
+    return s.model_copy(update={"topology": s.topology.model_copy(update=chosen)})
+
+
+def _free_prefix(
+    start: ipaddress.IPv4Network, taken: list[ipaddress.IPv4Network]
+) -> ipaddress.IPv4Network:
+    """The first prefix of start's size after start, inside 10/8, that overlaps nothing taken."""
+    size = start.num_addresses
+    base = int(start.network_address)
+    end = int(ipaddress.IPv4Address("10.255.255.255"))
+    candidate = base + size
+    while candidate + size - 1 <= end:
+        net = ipaddress.IPv4Network((candidate, start.prefixlen))
+        if not any(net.overlaps(t) for t in taken):
+            return net
+        candidate += size
+    raise ScenarioError(
+        f"topology: no free {start.prefixlen}-bit prefix left in 10.0.0.0/8 after {start}; "
+        "set topology.prefix and topology.management_prefix yourself"
+    )

@@ -365,5 +365,5 @@ def fmt_ms(x: float | None) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.1f}"
 
 
-def fmtpct_change(x: float | None) -> str:
+def fmt_pct(x: float | None) -> str:
     return "–" if x is None else f"{x:+.1f}%"

@@ -525,7 +525,11 @@ class Scenario(BaseModel):
         """This scenario with dotted-path values replaced, re-resolved from its inputs
         (e.g. {"topology.link_rate": "1gbit"} re-derives compute times and arrival rates).
         Relative file names among the new values are taken from `base_dir`."""
-        data = apply_overrides(self.model_dump(mode="json"), overrides)
+        data = self.model_dump(mode="json")
+        for field in ("prefix", "management_prefix"):  # defaults stay defaults: see preflight
+            if field not in self.topology.model_fields_set:
+                data["topology"].pop(field, None)
+        data = apply_overrides(data, overrides)
         return load_scenario_data(data, source=source, base_dir=base_dir)
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testbed.runtime.netns import pids_in
 from testbed.state import STATE_DIR, RunState
@@ -19,7 +20,7 @@ QUICK = """\
 name: quick
 duration: {duration}
 measure: {{warmup: 1s, cooldown: 0s}}
-topology: {{hosts: 3, link_rate: 20mbit, management_prefix: {mgmt}}}
+topology: {{hosts: 3, link_rate: 20mbit{mgmt}}}
 tc_profile: thesis-2band
 workloads:
   linkcheck: {{pattern: ring, short_interval: 200ms}}
@@ -27,10 +28,12 @@ workloads:
 
 
 def scenario(
-    tmp_path: Path, duration: str = "3s", mgmt: str = "10.11.0.0/24", name: str = "s.yaml"
+    tmp_path: Path, duration: str = "3s", mgmt: str | None = None, name: str = "s.yaml"
 ) -> Path:
     p = tmp_path / name
-    p.write_text(QUICK.format(duration=duration, mgmt=mgmt))
+    p.write_text(
+        QUICK.format(duration=duration, mgmt=f", management_prefix: {mgmt}" if mgmt else "")
+    )
     return p
 
 
@@ -80,7 +83,7 @@ def test_kill9_then_down_leaves_nothing(tmp_path):
         assert pids_in(namespaces), "the workloads run inside the namespaces"
 
         # while it is live: status shows it, the same names and the same prefix are refused,
-        # and a plain `down` leaves it alone
+        # a run on default prefixes steps aside and completes, and a plain `down` leaves it alone
         assert "live" in run_cli("status").stdout
         before = present_objects()
         r = run_cli(
@@ -92,11 +95,25 @@ def test_kill9_then_down_leaves_nothing(tmp_path):
             str(tmp_path / "b"),
         )
         assert r.returncode == 2 and "held by another run" in r.stderr
-        r = run_cli("up", str(scenario(tmp_path, name="c.yaml")), "--out", str(tmp_path / "c"))
+        live_mgmt = yaml.safe_load((tmp_path / "run" / "scenario.yaml").read_text())["topology"][
+            "management_prefix"
+        ]
+        r = run_cli(
+            "up",
+            str(scenario(tmp_path, mgmt=live_mgmt, name="c.yaml")),
+            "--out",
+            str(tmp_path / "c"),
+        )
         assert r.returncode == 2 and "management_prefix" in r.stderr and run_id in r.stderr, (
             r.stderr
         )
         assert present_objects() == before and not (tmp_path / "c").exists()
+        r = run_cli("up", str(scenario(tmp_path, name="d.yaml")), "--out", str(tmp_path / "d"))
+        assert r.returncode == 0, r.stderr
+        moved = yaml.safe_load((tmp_path / "d" / "scenario.yaml").read_text())["topology"]
+        assert moved["management_prefix"] != live_mgmt
+        assert json.loads((tmp_path / "d" / "summary.json").read_text())["status"] == "ok"
+        assert present_objects() == before
         r = run_cli("down")
         assert r.returncode == 0 and "left alone" in r.stdout
         assert all(Path("/run/netns", n).exists() for n in namespaces)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +104,26 @@ def test_one_map_per_compared_value(sweep, tmp_path):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
     agg["axes"].append("workloads.topology.hosts")  # a third axis: squares would overlap
     assert plot_maps(agg, tmp_path / "plots2")[1].startswith("no map")
+
+
+def test_report_prints_the_hand_computed_changes(sweep):
+    """`testbed report SWEEP_DIR` needs no root: the table a user reads carries the figures
+    computed by hand above, and --json the same aggregation."""
+    env = {**os.environ, "COLUMNS": "200"}
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "report", str(sweep), "--no-plots"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "6 of 7 runs ok, 1 failed" in r.stdout
+    # small flows, low vs high, over the two seeds (-31.25 %), then flow-matched (-37.5 %)
+    assert re.search(r"-31\.[23]% \[-38, -25\]", r.stdout), r.stdout
+    assert "-37.5% [-50, -25] (1/1)" in r.stdout
+    assert "+20.0% [+10, +30]" in r.stdout  # iteration time
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "report", str(sweep), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    low = next(c for c in json.loads(r.stdout)["cells"] if c[CLS] == "low")
+    assert low["change_pct"]["small"]["mean"] == pytest.approx(-31.25)
