@@ -424,8 +424,9 @@ def _drain(
     ui: UI,
     stop: StopFlag,
 ) -> None:
-    """After the run: the training keeps running while flows that started inside the window
-    finish (each generator gives up at the drain limit and counts the rest as censored)."""
+    """After the run: flows that started inside the window finish (each generator gives up at
+    the drain limit and counts the rest as censored). The training has stopped starting
+    iterations at the end by itself (horovod_worker.StopVote); its last one may still run."""
     deadline = window.end + window.drain + 15.0  # the generators' own limit, then some
     while any(w.draining() for w in workloads):
         if time.time() > deadline:

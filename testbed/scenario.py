@@ -193,8 +193,8 @@ class Measure(BaseModel):
     The workloads start together at t0; statistics cover [t0 + warmup, t0 + duration - cooldown].
     Load keeps arriving through the cool-down, so flows near the end of the window see the same
     network as the rest. After the run, web-search flows that started inside the window are
-    given up to `drain` to finish (the training keeps running meanwhile); flows still running
-    then are counted as censored, never silently dropped."""
+    given up to `drain` to finish (no new flows or iterations start after the end); flows
+    still running then are counted as censored, never silently dropped."""
 
     model_config = _Strict
 

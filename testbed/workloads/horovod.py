@@ -227,7 +227,8 @@ class HorovodJob(Synchronised):
         iteration among themselves) and wait for every worker's `.done`. The vote is read one
         iteration late with a barrier and two without (horovod_worker.StopVote), so a stop
         takes at most that many iterations plus the current one; the run's slowest iteration
-        bounds how long one can take."""
+        bounds how long one can take. Usually the workers have already stopped at the run's
+        end on their own vote, and this returns at once."""
         for _, p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGUSR1)

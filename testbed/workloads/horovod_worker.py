@@ -86,19 +86,35 @@ class Stamp:
 
 
 class StopVote:
-    """The collective stop: each iteration reduces max(local FINISH) over the ranks, submitted
+    """The collective stop: each iteration reduces max(local "stop") over the ranks, submitted
     with the first gradient of backward so it travels with that iteration's reductions. The
     decision to start an iteration reads the vote of `lag` iterations before, which every rank
     reads alike, so all ranks stop after the same iteration. With a barrier that vote is already
     complete (lag 1); without one, the previous iteration's reductions may still be running, so
-    the decision uses the one before (lag 2) and never waits on the wire."""
+    the decision uses the one before (lag 2) and never waits on the wire.
 
-    def __init__(self, hvd: Any, torch: Any, lag: int) -> None:
-        self.hvd, self.torch, self.lag = hvd, torch, lag
+    A rank votes "stop" on SIGUSR1, or when the iteration the vote decides would start after
+    the run's end (`deadline`), judged from the last iteration's length: the job then stops
+    about at the end of the run on its own, as the load generators stop starting flows, instead
+    of `lag` iterations after the orchestrator asks."""
+
+    def __init__(self, hvd: Any, torch: Any, lag: int, deadline: float | None = None) -> None:
+        self.hvd, self.torch, self.lag, self.deadline = hvd, torch, lag, deadline
         self.handles: deque[Any] = deque()
+        self.last_start: float | None = None
+        self.period: float | None = None
 
-    def submit(self, i: int) -> None:
-        flag = self.torch.tensor([1.0 if FINISH.is_set() else 0.0])
+    def submit(self, i: int, started: float) -> None:
+        """`started`: the wall time at which iteration i started."""
+        if self.last_start is not None:
+            self.period = started - self.last_start
+        self.last_start = started
+        late = (
+            self.deadline is not None
+            and self.period is not None
+            and started + self.lag * self.period >= self.deadline
+        )
+        flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0])
         self.handles.append(self.hvd.allreduce_async(flag, name=f"stop.{i}", op=self.hvd.Max))
 
     def stop(self) -> bool:
@@ -124,13 +140,15 @@ class Clock:
         self.debt = max(0.0, time.perf_counter() - end)
 
 
-def synthetic(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
+def synthetic(
+    cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder, deadline: float | None = None
+) -> None:
     layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
     grads = [torch.ones(int(p), dtype=torch.float32) for _, p, _, _ in layers]
     handles: list[Any] = [None] * len(layers)
     clock = Clock()
     barrier = cfg["barrier"]
-    vote = StopVote(hvd, torch, lag=1 if barrier else 2)
+    vote = StopVote(hvd, torch, lag=1 if barrier else 2, deadline=deadline)
     limit = cfg.get("iterations")
     # Without a barrier an iteration ends where the next one starts (its gradients are waited
     # for during the next forward), so it is recorded one iteration late.
@@ -155,7 +173,7 @@ def synthetic(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
             compute += layers[j][3]
             handles[j] = hvd.allreduce_async_(grads[j], name=f"grad.{j}", op=hvd.Average)
             if j == len(layers) - 1:
-                vote.submit(i)
+                vote.submit(i, start.wall)
         if barrier or (limit is not None and i == limit - 1):
             for j, h in enumerate(handles):
                 if h is not None:
@@ -172,7 +190,9 @@ def synthetic(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
         rec.add(pending[0], pending[1], Stamp(), pending[2])
 
 
-def real(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
+def real(
+    cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder, deadline: float | None = None
+) -> None:
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + hvd.rank())
@@ -187,7 +207,7 @@ def real(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
     loss_fn = nn.CrossEntropyLoss()
     bs = cfg.get("batch_size", 16)
     limit = cfg.get("iterations")
-    vote = StopVote(hvd, torch, lag=1)
+    vote = StopVote(hvd, torch, lag=1, deadline=deadline)
     i = 0
     while limit is None or i < limit:
         if vote.stop():
@@ -200,7 +220,7 @@ def real(cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder) -> None:
         loss = loss_fn(model(x), y)
         loss.backward()
         compute = time.perf_counter() - t0
-        vote.submit(i)
+        vote.submit(i, start.wall)
         opt.step()  # waits for the allreduced gradients
         rec.add(i, start, Stamp(), compute)
         i += 1
@@ -243,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     hvd.allreduce(torch.zeros(1), name="start")  # every rank is connected
     args.out.with_suffix(".ready").touch()
-    wait_for_go(args.go)  # returns at the common t0
+    window = wait_for_go(args.go)  # returns at the common t0
     if cfg["mode"] == "real":
-        real(cfg, hvd, torch, rec)
+        real(cfg, hvd, torch, rec, deadline=window.end)
     else:
-        synthetic(cfg, hvd, torch, rec)
+        synthetic(cfg, hvd, torch, rec, deadline=window.end)
     args.out.with_suffix(".done").touch()
     if metrics is not None:
         while True:  # keep the exporter up for the final scrape (peers may be mid-iteration)

@@ -132,5 +132,11 @@ def test_workers_start_at_t0_and_stop_after_the_same_iteration(tmp_path):
     assert all(abs(t - t0) < 0.05 for t in firsts), [t - t0 for t in firsts]
     counts = {w: sum(1 for r in it if r["worker"] == w) for w in ("h1", "h2", "h3")}
     assert len(set(counts.values())) == 1 and counts["h1"] >= 20, counts
+    # ... and stop at the run's end on their own: no iteration starts after it, and the last
+    # one starts within about one iteration of it (not when the orchestrator gets round to it)
+    end = t0 + s["duration_s"]
+    last = max(float(r["start"]) for r in it)
+    period = s["horovod"]["iteration_time_s"]["mean"]
+    assert end - 2 * period < last < end, (last - end, period)
     # iterations only end after their compute: nothing faster than physics allows
     assert all(float(r["duration_s"]) >= 0.25 for r in it)
