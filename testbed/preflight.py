@@ -79,9 +79,9 @@ def host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:
 def check_prefixes(s: Scenario) -> Scenario:
     """Refuse prefixes the user chose that collide with the host's own networks or a live run.
 
-    A prefix left at its default moves to the next free one of its size instead (10.10.1.0/24, ...), so two
-    runs at once, or a run beside another tool's 10.10/16, need no editing. The returned scenario
-    carries the prefixes actually used; the run folder's scenario.yaml records them."""
+    A prefix left at its default moves to the next free one of its size instead (10.10.1.0/24,
+    ...), so two runs at once, or a run beside another tool's 10.10/16, need no editing. The
+    returned scenario carries the prefixes actually used; the run's scenario.yaml records them."""
     routes = host_routes()
     live = {st.run_id for st in all_states() if st.alive()}
     chosen: dict[str, ipaddress.IPv4Network] = {}
