@@ -131,14 +131,19 @@ def test_each_workload_lands_in_its_class(tmp_path):
     assert web_bytes <= uplink_bytes(s, "high") < 1.3 * web_bytes + 1_000_000
 
 
-def test_killed_worker_ends_the_run_with_records_kept(tmp_path):
+def spawn_long_job(tmp_path: Path, run_id: str, out: Path):
+    """`testbed up` of a 120 s Horovod-only run on 3 hosts, for tests that kill a part of it."""
     p = tmp_path / "s.yaml"
     p.write_text(
-        "name: k\nduration: 120s\ntopology: {hosts: 3, link_rate: 1gbit}\n"
+        "name: kill\nduration: 120s\ntopology: {hosts: 3, link_rate: 1gbit}\n"
         "workloads: {horovod: {model_size: 1MB, compute_time: 200ms}}\n"
     )
+    return spawn_up(str(p), "--out", str(out), "--run-id", run_id)
+
+
+def test_killed_worker_ends_the_run_with_records_kept(tmp_path):
     run_id, out = "de4d02", tmp_path / "run"
-    proc = spawn_up(str(p), "--out", str(out), "--run-id", run_id)
+    proc = spawn_long_job(tmp_path, run_id, out)
     try:
         st = wait_running(run_id, proc)
         deadline = time.monotonic() + 40
@@ -164,13 +169,8 @@ def test_workers_die_with_a_killed_orchestrator(tmp_path):
     """Workers are forked by a fork server that dies with the orchestrator (setpriv
     --pdeathsig), and each worker dies with the server (PDEATHSIG set after its group change,
     which would clear it): kill -9 of `up` leaves no training process, even before `down`."""
-    p = tmp_path / "s.yaml"
-    p.write_text(
-        "name: k9\nduration: 120s\ntopology: {hosts: 3, link_rate: 1gbit}\n"
-        "workloads: {horovod: {model_size: 1MB, compute_time: 200ms}}\n"
-    )
     run_id, out = "de4d03", tmp_path / "run"
-    proc = spawn_up(str(p), "--out", str(out), "--run-id", run_id)
+    proc = spawn_long_job(tmp_path, run_id, out)
     try:
         st = wait_running(run_id, proc)
         deadline = time.monotonic() + 40
