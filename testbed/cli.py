@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -605,6 +606,32 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
         )
 
 
+@main.group()
+def images() -> None:
+    """The docker runtime's node image (built here, without a registry)."""
+
+
+@images.command("build")
+@click.option("--base", help="base image (default: a Debian bookworm root made with debootstrap)")
+@click.option("--force", is_flag=True, help="rebuild even when the tagged image exists")
+@_friendly
+def images_build(base: str | None, force: bool) -> None:
+    """Build the node image: Debian bookworm, Python, torch (CPU), Horovod and testbed itself.
+    The tag carries a hash of what went in, so an unchanged image is not rebuilt."""
+    from testbed.images import build_images
+    from testbed.preflight import require_root
+    from testbed.runtime.docker import client
+
+    require_root("testbed images build")
+    engine = client()
+    try:
+        r = build_images(engine, base=base, force=force, progress=click.echo)
+    finally:
+        engine.close()
+    what = f"built in {r.seconds:.0f} s" if r.built else "up to date"
+    click.echo(f"{r.tag}: {what}, {r.size_mb:.0f} MB")
+
+
 @main.command()
 @click.option("--force", is_flag=True, help="also stop runs whose orchestrator is still alive")
 @_friendly
@@ -613,7 +640,8 @@ def down(force: bool) -> None:
 
     Only objects recorded in a run's state file are touched. Idempotent."""
     from testbed.preflight import require_root
-    from testbed.runtime.netns import NETNS_DIR, teardown
+    from testbed.runtime.base import teardown
+    from testbed.runtime.netns import NETNS_DIR
     from testbed.state import all_states
 
     require_root("testbed down")
@@ -642,10 +670,26 @@ def down(force: bool) -> None:
             continue
         st.remove()
         cleaned += 1
+        containers = sum(1 for o in st.objects if o["kind"] == "container")
         click.echo(
             f"removed run {st.run_id} ({st.scenario}): {len(st.namespaces())} namespaces, "
             f"{sum(1 for o in st.objects if o['kind'] == 'link')} host-side links"
+            + (f", {containers} containers" if containers else "")
         )
+    # Containers carry their run id: a run whose state file is gone still has its containers
+    # found (and only those labelled by testbed).
+    if shutil.which("docker") or os.path.exists("/var/run/docker.sock"):
+        from testbed.runtime.docker import orphans, remove_orphans
+
+        for rid, names in orphans().items():
+            problems = remove_orphans(rid)
+            for p in problems:
+                click.echo(f"run {rid}: {p}", err=True)
+            failed = failed or bool(problems)
+            cleaned += not problems
+            click.echo(
+                f"removed {len(names)} container(s) of run {rid} found by label: {' '.join(sorted(names))}"
+            )
     recorded = {ns for st in all_states() for ns in st.namespaces()}
     pattern = re.compile(r"^tb-[0-9a-f]{6}-(sw|h\d+)$")
     strays = (
@@ -662,7 +706,7 @@ def down(force: bool) -> None:
             "namespaces named like testbed's but recorded by no run (left alone; remove with "
             f"`ip netns del NAME` if they are yours): {' '.join(strays)}"
         )
-    if not states:
+    if not states and not cleaned:
         click.echo("nothing to remove")
     elif cleaned:
         click.echo(f"cleaned {cleaned} run(s)")

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from testbed import preflight
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.metrics.session import MetricsSession
-from testbed.runtime.netns import NETNS_DIR, NetnsRuntime, teardown
+from testbed.runtime.base import Runtime, make_runtime, teardown
+from testbed.runtime.netns import NETNS_DIR
 from testbed.scenario import Scenario, dump_scenario
 from testbed.shaping.apply import apply_plan
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
@@ -155,10 +156,6 @@ def _attach_log(run_dir: Path) -> logging.Handler:
 def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario, str, Path]:
     """Every check that can refuse the run, before anything exists. Returns the scenario with
     the prefixes it will use, the run id and the run folder."""
-    if s.runtime != "netns":
-        raise ScenarioError(
-            f"runtime: {s.runtime!r} is reserved and not implemented yet; use netns"
-        )
     preflight.require_root("testbed up")
     preflight.require_binaries()
     if run_id is None:
@@ -183,6 +180,7 @@ def run(
 ) -> RunResult:
     ui = ui or QuietUI()
     s, run_id, run_dir = prepare(s, out, run_id)
+    image = node_image(s, ui)
     ui.phase("probing kernel")
     caps = preflight.kernel_capabilities()
     warnings: list[str] = []
@@ -190,13 +188,17 @@ def run(
     (run_dir / "scenario.yaml").write_text(dump_scenario(s))
     handler = _attach_log(run_dir)
     result = RunResult(run_dir, run_id)
-    state = RunState(run_id=run_id, scenario=s.name, out_dir=str(run_dir.resolve()))
+    state = RunState(
+        run_id=run_id, scenario=s.name, out_dir=str(run_dir.resolve()), runtime=s.runtime
+    )
     state.save()
     log.info("run %s of scenario %s → %s", run_id, s.name, run_dir)
     status, error = "ok", None
     try:
         with _signals_flag() as stop:
-            result.summary = _live(s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop)
+            result.summary = _live(
+                s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image
+            )
     except Interrupted as e:
         status, error = "interrupted", f"stopped by {e.signame}"
         log.warning("run %s: %s; tearing down", run_id, error)
@@ -252,9 +254,10 @@ def _live(
     ui: UI,
     warnings: list[str],
     stop: StopFlag,
+    image: str | None,
 ) -> dict[str, Any]:
     topo = single_tor(s, run_id)
-    rt = NetnsRuntime(topo, state)
+    rt = make_runtime(s, topo, state, run_dir, image)
     workloads: list[Workload] = []
     metrics: MetricsSession | None = None
     try:
@@ -292,7 +295,8 @@ def _live(
             t_shape,
         )
 
-        workloads = make_workloads(s, topo, rt, run_dir)
+        # absolute: a container sees the run folder at the same path, but not our cwd
+        workloads = make_workloads(s, topo, rt, run_dir.resolve())
         metrics = MetricsSession(s, topo, run_dir, run_id)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
         metrics.start({w.name: w.targets() for w in workloads})
@@ -305,7 +309,7 @@ def _live(
         for w in workloads:
             w.launch()
             stop.check()
-        t_ready = _wait_ready(workloads, metrics, ui, stop)
+        t_ready = _wait_ready(workloads, metrics, ui, stop, rt)
         window = s.timeline(time.time() + START_MARGIN_S)
         for w in workloads:
             w.go(window)
@@ -356,8 +360,35 @@ def _live(
         rt.close()
 
 
+def node_image(s: Scenario, ui: UI) -> str | None:
+    """The docker runtime's node image, built first when missing (and allowed); None for
+    netns. Runs before anything of the run exists: a failure here leaves nothing behind."""
+    if s.runtime != "docker":
+        return None
+    assert s.docker is not None
+    from testbed.images import ensure_node_image
+    from testbed.runtime.docker import client
+
+    engine = client()
+    try:
+        if s.docker.image is not None:
+            import docker
+
+            try:
+                engine.images.get(s.docker.image)
+            except docker.errors.ImageNotFound:
+                raise ScenarioError(
+                    f"docker.image: {s.docker.image!r} is not on this engine; build or load it, "
+                    "or leave docker.image out to use testbed's node image"
+                ) from None
+            return s.docker.image
+        return ensure_node_image(engine, build=s.docker.build, progress=ui.phase)
+    finally:
+        engine.close()
+
+
 def _wait_ready(
-    workloads: list[Workload], metrics: MetricsSession, ui: UI, stop: StopFlag
+    workloads: list[Workload], metrics: MetricsSession, ui: UI, stop: StopFlag, rt: Runtime
 ) -> float:
     """Until every workload process has initialised (imports, Horovod's rendezvous)."""
     t0 = time.monotonic()
@@ -373,6 +404,7 @@ def _wait_ready(
                 "see the logs in the run folder"
             )
         stop.check()
+        rt.check()
         for w in workloads:
             w.check()
         metrics.check()
@@ -385,7 +417,7 @@ def _run_window(
     window: Window,
     workloads: list[Workload],
     metrics: MetricsSession,
-    rt: NetnsRuntime,
+    rt: Runtime,
     plans: list[InterfacePlan],
     ui: UI,
     stop: StopFlag,
@@ -396,6 +428,7 @@ def _run_window(
     marks = [window.start, window.stop]
     while (now := time.time()) < window.end:
         stop.check()
+        rt.check()
         for w in workloads:
             w.check()
         metrics.check()
@@ -419,7 +452,7 @@ def _drain(
     window: Window,
     workloads: list[Workload],
     metrics: MetricsSession,
-    rt: NetnsRuntime,
+    rt: Runtime,
     plans: list[InterfacePlan],
     ui: UI,
     stop: StopFlag,
@@ -433,6 +466,7 @@ def _drain(
             log.warning("workloads still draining %.0f s after the drain limit", 15.0)
             return
         stop.check()
+        rt.check()
         for w in workloads:
             w.check()
         metrics.check()
@@ -441,9 +475,7 @@ def _drain(
         time.sleep(0.2)
 
 
-def make_workloads(
-    s: Scenario, topo: TopologyPlan, rt: NetnsRuntime, run_dir: Path
-) -> list[Workload]:
+def make_workloads(s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path) -> list[Workload]:
     from testbed.workloads.horovod import HorovodJob
     from testbed.workloads.websearch import Websearch
 
@@ -461,7 +493,7 @@ def make_workloads(
 Snapshot = tuple[float, list[dict[str, dict[str, int]]]]  # (time, counters per plan)
 
 
-def _snapshot(rt: NetnsRuntime, plans: list[InterfacePlan]) -> Snapshot:
+def _snapshot(rt: Runtime, plans: list[InterfacePlan]) -> Snapshot:
     return time.time(), [class_counters(rt.ipr(p.end.netns), p) for p in plans]
 
 

@@ -393,6 +393,21 @@ class Workloads(BaseModel):
     websearch: WebsearchWorkload | None = None
 
 
+class DockerOptions(BaseModel):
+    """How hosts are made with `runtime: docker`. Limits apply to each host's container."""
+
+    model_config = _Strict
+
+    image: str | None = Field(
+        None, description="node image (default: testbed's own, built by `testbed images build`)"
+    )
+    build: bool = Field(True, description="build the default node image when it is missing")
+    cpus: float | None = Field(None, gt=0, le=1024, description="CPU limit per host (cores)")
+    memory: Size | None = Field(
+        None, ge=16 * 2**20, description="memory limit per host, e.g. 2GiB (no swap beyond it)"
+    )
+
+
 class Metrics(BaseModel):
     """Where the run's metrics go. Exporters always listen on management addresses only."""
 
@@ -429,6 +444,7 @@ class Scenario(BaseModel):
     duration: Duration = Field(30.0, gt=0, le=7 * 24 * 3600)
     measure: Measure = Field(default_factory=Measure)
     runtime: Literal["netns", "docker"] = "netns"
+    docker: DockerOptions | None = Field(None, description="container options (runtime: docker)")
     topology: Topology
     tc_profile: TcProfile = Field(
         "fifo",  # type: ignore[assignment]  # resolved by the validator below
@@ -445,6 +461,16 @@ class Scenario(BaseModel):
             base = (info.context or {}).get("base_dir")
             return load_profile_data(value, base)
         return value
+
+    @model_validator(mode="after")
+    def _docker(self) -> Scenario:
+        if self.docker is not None and self.runtime != "docker":
+            raise _FieldError(
+                ("docker",), "applies only with runtime: docker; remove it or set runtime"
+            )
+        if self.runtime == "docker" and self.docker is None:
+            self.docker = DockerOptions()
+        return self
 
     @model_validator(mode="after")
     def _window(self) -> Scenario:

@@ -38,7 +38,8 @@ class RunState:
     pid_start: int | None = None
     started_at: float = field(default_factory=time.time)
     phase: str = "starting"
-    # Each object: {"kind": "netns"|"link"|"qdisc", ...}. Order is creation order.
+    # Each object: {"kind": "netns"|"link"|"qdisc"|"process"|"container", ...}, in creation
+    # order. A netns with "attached": true is a container's namespace, bound under /run/netns.
     objects: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:

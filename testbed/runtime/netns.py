@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import itertools
 import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -26,7 +28,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import RunFailure
 from testbed.runtime import forkserver
-from testbed.runtime.forkserver import ForkedProcess
+from testbed.runtime.base import NodeProcess
 from testbed.state import RunState, proc_start_time
 from testbed.topology import TopologyPlan
 
@@ -105,6 +107,7 @@ class NetnsRuntime:
     """Builds the single-ToR network of `plan`, recording each object in `state` first."""
 
     name = "netns"
+    shares_hostname = True
 
     def __init__(self, plan: TopologyPlan, state: RunState) -> None:
         self.plan = plan
@@ -128,11 +131,18 @@ class NetnsRuntime:
             raise RunFailure(f"interface {ifname} not found in {ns or 'the root namespace'}")
         return found[0]
 
-    def build(self) -> None:
+    def _make_nodes(self) -> None:
+        """Every node's network namespace, named as the plan says (the docker runtime makes
+        the hosts' as containers instead)."""
         p = self.plan
         self.state.record(*({"kind": "netns", "name": ns} for ns in p.namespaces))
         for ns in p.namespaces:
             create_netns(ns)
+
+    def build(self) -> None:
+        p = self.plan
+        self._make_nodes()
+        for ns in p.namespaces:
             # No IPv6: router solicitations and MLD reports would be stray traffic in the
             # class counters, and the testbed's addresses are IPv4 only.
             write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
@@ -204,14 +214,14 @@ class NetnsRuntime:
         argv: Sequence[str],
         log_path: Path,
         env: Mapping[str, str] | None = None,
-    ) -> subprocess.Popen[bytes]:
+    ) -> NodeProcess:
         """Start `argv` inside namespace `ns`, output to `log_path`. The child dies with us
         (PDEATHSIG) and sits in its own session, so a terminal's Ctrl-C reaches only the
         orchestrator, which then stops the workloads in order."""
         cmd = ["nsenter", f"--net={NETNS_DIR / ns}", "--", *argv]
         out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
-            return subprocess.Popen(
+            return NodePopen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -229,21 +239,65 @@ class NetnsRuntime:
         module: str,
         argv: list[str],
         log_path: Path,
-        env: Mapping[str, str],
-        preload: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        preload: Sequence[str] = (),
         gid: int | None = None,
         new_uts: bool = False,
-    ) -> ForkedProcess:
-        """Start Python program `module` (its `main(argv)`) inside namespace `ns`, forked from
-        a server that has imported `preload` once for this process (see forkserver.py)."""
+    ) -> NodeProcess:
+        """Start Python program `module` inside namespace `ns` with this interpreter. With
+        `preload`, it is forked (its `main(argv)`) from a server that imported those modules
+        once for this process (see forkserver.py); a group or a UTS namespace needs one."""
+        if not preload:
+            if gid is not None or new_uts:
+                raise ValueError("gid and new_uts need the fork server: give preload")
+            return self.spawn(ns, [sys.executable, "-m", module, *argv], log_path, env)
         fs = forkserver.shared(tuple(preload), log_path.parent / "forkserver.log")
         try:
             return fs.spawn(
-                NETNS_DIR / ns, module, argv, log_path, dict(env), gid=gid, new_uts=new_uts
+                NETNS_DIR / ns, module, argv, log_path, dict(env or {}), gid=gid, new_uts=new_uts
             )
         except RunFailure:
             forkserver.discard(tuple(preload))
             raise
+
+    def net_exec(
+        self, ns: str, argv: Sequence[str], timeout: float = 20
+    ) -> subprocess.CompletedProcess[str]:
+        """A tool of this machine (iptables) run in the node's network namespace only."""
+        return run_in_netns(NETNS_DIR / ns, argv, timeout)
+
+    def check(self) -> None:
+        """A namespace cannot die by itself while the run holds it."""
+
+
+def run_in_netns(
+    path: Path, argv: Sequence[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["nsenter", f"--net={path}", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+_EXIT_SEEN = itertools.count()
+
+
+class NodePopen(subprocess.Popen[bytes]):
+    """Popen with the exit order the workloads use to name the first process that died."""
+
+    _order: int | None = None
+
+    def poll(self) -> int | None:
+        rc = super().poll()
+        if rc is not None and self._order is None:
+            self._order = next(_EXIT_SEEN)
+        return rc
+
+    @property
+    def exit_order(self) -> int:
+        return self._order if self._order is not None else 1 << 62
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

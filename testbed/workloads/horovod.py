@@ -22,7 +22,6 @@ import csv
 import json
 import logging
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,7 @@ from typing import Any
 from testbed.errors import EnvironmentProblem, RunFailure
 from testbed.metrics import describe
 from testbed.metrics.exporters import HOROVOD_PORT
-from testbed.runtime.forkserver import ForkedProcess
-from testbed.runtime.netns import NETNS_DIR, NetnsRuntime
+from testbed.runtime.base import NodeProcess, Runtime
 from testbed.scenario import HorovodWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import derive
@@ -50,14 +48,12 @@ def selected_hosts(topo: TopologyPlan, names: list[str] | None) -> list[Host]:
     return [topo.host(n) for n in names] if names else list(topo.hosts)
 
 
-def mark_group(ns: str, ifname: str, gid: int, dscp: int) -> None:
+def mark_group(rt: Runtime, ns: str, ifname: str, gid: int, dscp: int) -> None:
     """iptables is the one tool with an owner match and a DSCP target that every kernel
     here supports; pyroute2's nftables API cannot express them. The rule lives in the node's
-    own namespace and goes with it."""
+    own namespace and goes with it; it is made from this machine, in that namespace only, so
+    a container needs no capability for it."""
     cmd = [
-        "nsenter",
-        f"--net={NETNS_DIR / ns}",
-        "--",
         "iptables",
         "-w",
         "-t",
@@ -76,7 +72,7 @@ def mark_group(ns: str, ifname: str, gid: int, dscp: int) -> None:
         str(dscp),
     ]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        r = rt.net_exec(ns, cmd)
     except FileNotFoundError:
         raise EnvironmentProblem(
             "iptables is missing; install it (apt-get install iptables)"
@@ -111,14 +107,14 @@ class HorovodJob(Synchronised):
     name = "horovod"
 
     def __init__(
-        self, cfg: HorovodWorkload, s: Scenario, topo: TopologyPlan, rt: NetnsRuntime, run_dir: Path
+        self, cfg: HorovodWorkload, s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path
     ) -> None:
         self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
         self.run_dir = run_dir
         self.dir = run_dir / "horovod"
         self.hosts = selected_hosts(topo, cfg.hosts)
         self.dscp = cfg.d.dscp
-        self.procs: list[tuple[Host, ForkedProcess]] = []
+        self.procs: list[tuple[Host, NodeProcess]] = []
         self.rdv: Rendezvous | None = None
 
     def _config(self) -> dict[str, Any]:
@@ -139,7 +135,7 @@ class HorovodJob(Synchronised):
         config = self.dir / "worker-config.json"
         config.write_text(json.dumps(self._config()))
         for h in self.hosts:
-            mark_group(h.netns, h.data_if, WORKER_GID, self.dscp)
+            mark_group(self.rt, h.netns, h.data_if, WORKER_GID, self.dscp)
         self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), self.hosts)
         base_env = {
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(self.topo.mgmt_bridge_ip),
@@ -173,15 +169,15 @@ class HorovodJob(Synchronised):
                 str(self.dir / f"iterations-{h.name}.csv"),
                 "--worker",
                 h.name,
-                "--hostname",
-                str(h.data_ip),
                 "--go",
                 str(self.go_file),
             ]
             if self.s.metrics.prometheus != "off":
                 argv += ["--metrics", f"{h.mgmt_ip}:{HOROVOD_PORT}"]
-            # its own UTS namespace (hostname = its data IP, see above) and the group the
-            # DSCP rule matches
+            # its own hostname (= its data IP, see above; a container has one already) and
+            # the group the DSCP rule matches
+            if self.rt.shares_hostname:
+                argv += ["--hostname", str(h.data_ip)]
             proc = self.rt.spawn_python(
                 h.netns,
                 WORKER_MODULE,
@@ -190,7 +186,7 @@ class HorovodJob(Synchronised):
                 env,
                 preload=PRELOAD,
                 gid=WORKER_GID,
-                new_uts=True,
+                new_uts=self.rt.shares_hostname,
             )
             self.procs.append((h, proc))
         log.info(

@@ -8,8 +8,6 @@ import csv
 import itertools
 import json
 import logging
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,20 +15,20 @@ from typing import Any
 
 from testbed.errors import RunFailure
 from testbed.metrics import describe
-from testbed.runtime.netns import NetnsRuntime
+from testbed.runtime.base import NodeProcess, Runtime
 from testbed.scenario import LinkcheckWorkload, Scenario
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads.procs import Synchronised, present, stop_all
 
 log = logging.getLogger(__name__)
-NODE_PROGRAM = [sys.executable, "-m", "testbed.workloads.linkcheck_node"]
+NODE_MODULE = "testbed.workloads.linkcheck_node"
 
 
 @dataclass
 class _Proc:
     role: str
     host: Host
-    popen: subprocess.Popen[bytes]
+    popen: NodeProcess
     out: Path
 
 
@@ -69,7 +67,7 @@ class Linkcheck(Synchronised):
         cfg: LinkcheckWorkload,
         s: Scenario,
         topo: TopologyPlan,
-        rt: NetnsRuntime,
+        rt: Runtime,
         run_dir: Path,
     ) -> None:
         self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
@@ -97,7 +95,6 @@ class Linkcheck(Synchronised):
         for h in sorted({dst for _, dst in self.pairs}, key=lambda h: h.index):
             out = self.dir / f"server-{h.name}.json"
             argv = [
-                *NODE_PROGRAM,
                 "server",
                 "--bind",
                 str(h.data_ip),
@@ -110,7 +107,9 @@ class Linkcheck(Synchronised):
                 _Proc(
                     "server",
                     h,
-                    self.rt.spawn(h.netns, argv, self.dir / f"server-{h.name}.log"),
+                    self.rt.spawn_python(
+                        h.netns, NODE_MODULE, argv, self.dir / f"server-{h.name}.log"
+                    ),
                     out,
                 )
             )
@@ -122,7 +121,6 @@ class Linkcheck(Synchronised):
             src = self.topo.host(src_name)
             out = self.dir / f"client-{src.name}.json"
             argv = [
-                *NODE_PROGRAM,
                 "client",
                 "--bind",
                 str(src.data_ip),
@@ -146,7 +144,9 @@ class Linkcheck(Synchronised):
                 _Proc(
                     "client",
                     src,
-                    self.rt.spawn(src.netns, argv, self.dir / f"client-{src.name}.log"),
+                    self.rt.spawn_python(
+                        src.netns, NODE_MODULE, argv, self.dir / f"client-{src.name}.log"
+                    ),
                     out,
                 )
             )

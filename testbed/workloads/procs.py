@@ -8,19 +8,10 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from testbed.runtime.base import NodeProcess
 from testbed.window import Window
-
-
-class NodeProcess(Protocol):
-    """A process in a node: a Popen, or a child of the fork server."""
-
-    def poll(self) -> int | None: ...
-    def send_signal(self, sig: int) -> None: ...
-    def terminate(self) -> None: ...
-    def kill(self) -> None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class Synchronised:

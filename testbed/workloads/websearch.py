@@ -6,15 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from testbed.errors import RunFailure
 from testbed.metrics import describe, size_class
 from testbed.metrics.exporters import WEBSEARCH_PORT
-from testbed.runtime.netns import NetnsRuntime
+from testbed.runtime.base import NodeProcess, Runtime
 from testbed.scenario import Scenario, WebsearchWorkload
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import flowsizes
@@ -23,6 +21,7 @@ from testbed.workloads.procs import Synchronised, count_rows, present, read_csvs
 from testbed.workloads.websearch_node import FIELDS, arrivals, host_rng
 
 log = logging.getLogger(__name__)
+NODE_MODULE = "testbed.workloads.websearch_node"
 
 
 def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -77,7 +76,7 @@ class Websearch(Synchronised):
         cfg: WebsearchWorkload,
         s: Scenario,
         topo: TopologyPlan,
-        rt: NetnsRuntime,
+        rt: Runtime,
         run_dir: Path,
     ) -> None:
         self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
@@ -85,7 +84,7 @@ class Websearch(Synchronised):
         self.dir = run_dir / "websearch"
         self.hosts = selected_hosts(topo, cfg.hosts)
         self.dscp = cfg.d.dscp
-        self.procs: list[tuple[Host, subprocess.Popen[bytes]]] = []
+        self.procs: list[tuple[Host, NodeProcess]] = []
 
     def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -102,9 +101,6 @@ class Websearch(Synchronised):
         }))  # fmt: skip
         for h in self.hosts:
             argv = [
-                sys.executable,
-                "-m",
-                "testbed.workloads.websearch_node",
                 "--host",
                 h.name,
                 "--bind",
@@ -119,7 +115,12 @@ class Websearch(Synchronised):
             if self.s.metrics.prometheus != "off":
                 argv += ["--metrics", f"{h.mgmt_ip}:{WEBSEARCH_PORT}"]
             self.procs.append(
-                (h, self.rt.spawn(h.netns, argv, self.dir / f"generator-{h.name}.log"))
+                (
+                    h,
+                    self.rt.spawn_python(
+                        h.netns, NODE_MODULE, argv, self.dir / f"generator-{h.name}.log"
+                    ),
+                )
             )
         log.info(
             "websearch: %d hosts, %.3f flows/s per host (%.2f%% of a host link), mean flow %.0f B, "

@@ -188,9 +188,9 @@ BAD = {
         "name: b\ntopology: {hosts: 2}\nworkloads: {linkcheck: {short_class: gold}}\n",
         "workloads.linkcheck.short_class",
     ),
-    "runtime.yaml": (
-        "name: b\nruntime: docker\ntopology: {hosts: 2}\n",
-        "runtime: 'docker' is reserved",
+    "docker.yaml": (
+        "name: b\nruntime: docker\ntopology: {hosts: 2}\ndocker: {cpus: 0}\n",
+        "docker.cpus",
     ),
     "syntax.yaml": ("name: b\ntopology: {hosts: 2\n", "not valid YAML"),
 }

@@ -1,0 +1,96 @@
+"""What a run needs of a runtime, and the choice between them.
+
+A runtime makes the nodes of a topology (hosts and the switch) and the links between them,
+opens netlink inside a node, starts processes there, and tears it all down from the state
+file. Every other stage (shaping plan and its application, workloads, metrics, report) talks
+to this interface only. Nodes are named by their namespace key from the topology plan
+(`Host.netns`, `TopologyPlan.switch_ns`); each runtime makes that name reachable under
+/run/netns, so `ip netns exec` works on every runtime too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
+
+    from testbed.scenario import Scenario
+    from testbed.state import RunState
+    from testbed.topology import TopologyPlan
+
+
+class NodeProcess(Protocol):
+    """A process in a node, with the parts of Popen's interface the workloads use. Exit
+    codes follow Popen: negative n means killed by signal n."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    @property
+    def exit_order(self) -> int: ...  # processes that ended are numbered as they were seen
+
+
+class Runtime(Protocol):
+    name: str
+    # True when every node shares the machine's hostname (plain namespaces): a program that
+    # needs its own hostname must ask for its own UTS namespace (spawn_python(new_uts=True)).
+    shares_hostname: bool
+
+    def build(self) -> None: ...  # nodes and links, each recorded in the state file first
+    def ipr(self, ns: str | None) -> IPRoute: ...  # netlink inside a node (None: the root)
+
+    def spawn(
+        self, ns: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> NodeProcess: ...
+
+    def spawn_python(
+        self,
+        ns: str,
+        module: str,
+        argv: list[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        preload: Sequence[str] = (),
+        gid: int | None = None,
+        new_uts: bool = False,
+    ) -> NodeProcess: ...  # `python -m module argv` with the node's own interpreter
+
+    def net_exec(
+        self, ns: str, argv: Sequence[str], timeout: float = 20
+    ) -> subprocess.CompletedProcess[str]: ...  # a host tool (iptables) in a node's network
+
+    def check(self) -> None: ...  # raise RunFailure when a node itself has died
+    def close(self) -> None: ...
+
+
+def make_runtime(
+    s: Scenario, plan: TopologyPlan, state: RunState, run_dir: Path, image: str | None = None
+) -> Runtime:
+    if s.runtime == "docker":
+        from testbed.runtime.docker import DockerRuntime
+
+        assert s.docker is not None and image is not None
+        return DockerRuntime(plan, state, s.docker, run_dir, image)
+    from testbed.runtime.netns import NetnsRuntime
+
+    return NetnsRuntime(plan, state)
+
+
+def teardown(state: RunState) -> list[str]:
+    """Delete what `state` records, on the runtime it records; return problems (empty: clean)."""
+    if state.runtime == "docker":
+        from testbed.runtime.docker import teardown as docker_teardown
+
+        return docker_teardown(state)
+    from testbed.runtime.netns import teardown as netns_teardown
+
+    return netns_teardown(state)

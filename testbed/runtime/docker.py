@@ -1,0 +1,384 @@
+"""The docker runtime: every host is a container from the node image; the switch stays a
+plain namespace.
+
+How a container joins the emulated network (containerlab's model, through pyroute2):
+- it starts with `network_mode=none`, its own hostname (the host's name; every other host's
+  name resolves to its data address through /etc/hosts), an init process, no restart policy
+  (a restart would make a fresh namespace and lose its links), and labels naming the run;
+- its network namespace is attached under /run/netns by its init's PID (what `ip netns attach`
+  does), so the links, addresses, offloads and queues are made from the host exactly as for
+  `netns`, and `ip netns exec` reaches it too. The attachment also keeps the namespace, and so
+  the veths, until teardown even if the container dies;
+- processes run inside it through Docker's exec API (its file system, its interpreter, its
+  cgroup and limits); their output goes to the run folder, which every container mounts at the
+  same path, so the workloads' paths mean the same on both sides.
+
+Containers are recorded in the state file before they are created (their names are known in
+advance) and carry `testbed.run=<id>`, so `testbed down` finds them either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyroute2 import netns
+
+from testbed.errors import EnvironmentProblem, RunFailure
+from testbed.runtime.base import NodeProcess
+from testbed.runtime.netns import NETNS_DIR, NetnsRuntime, create_netns, run_in_netns
+from testbed.runtime.netns import teardown as netns_teardown
+from testbed.state import RunState, all_states, proc_start_time
+from testbed.topology import Host, TopologyPlan
+
+if TYPE_CHECKING:
+    import docker
+
+    from testbed.scenario import DockerOptions
+
+log = logging.getLogger(__name__)
+LABEL_RUN = "testbed.run"
+LABEL_NODE = "testbed.node"
+START_PARALLEL = 8  # containers created at once: dockerd serialises part of the work anyway
+_EXIT_SEEN = itertools.count()
+
+
+def client(timeout: float = 60) -> docker.DockerClient:
+    """The engine at DOCKER_HOST (default: the local socket), or one clear line why not."""
+    try:
+        import docker
+    except ImportError:
+        raise EnvironmentProblem(
+            "the Docker SDK for Python is missing; run install.sh (pip install docker)"
+        ) from None
+    try:
+        c = docker.from_env(timeout=int(timeout))
+        c.ping()
+    except docker.errors.DockerException as e:
+        raise EnvironmentProblem(
+            f"no Docker engine answers ({_short(e)}); start one: install.sh installs docker.io "
+            "and starts dockerd (log: /var/log/testbed/dockerd.log)"
+        ) from None
+    return c
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text if len(text) < 160 else text[:157] + "..."
+
+
+def container_spec(
+    plan: TopologyPlan, h: Host, image: str, run_id: str, run_dir: Path, opts: DockerOptions
+) -> dict[str, Any]:
+    """Keyword arguments for `containers.run` of host `h` (pure: unit-tested)."""
+    spec: dict[str, Any] = {
+        "image": image,
+        "command": ["sleep", "infinity"],
+        "name": h.netns,
+        "hostname": h.name,
+        "detach": True,
+        "init": True,
+        "network_mode": "none",
+        "labels": {LABEL_RUN: run_id, LABEL_NODE: h.name},
+        "restart_policy": {"Name": "no"},
+        "extra_hosts": {o.name: str(o.data_ip) for o in plan.hosts},
+        "volumes": {str(run_dir): {"bind": str(run_dir), "mode": "rw"}},
+        "environment": {"PYTHONUNBUFFERED": "1"},
+    }
+    if opts.cpus is not None:
+        spec["nano_cpus"] = round(opts.cpus * 1e9)
+    if opts.memory is not None:
+        spec["mem_limit"] = opts.memory
+        spec["memswap_limit"] = opts.memory  # no swap beyond the limit: an OOM is an OOM
+    return spec
+
+
+class ContainerProcess:
+    """A process started with Docker's exec API. Its PID is a host PID, so signals go straight
+    to it; the exit code comes from the engine once the process is gone."""
+
+    def __init__(self, api: Any, exec_id: str, what: str) -> None:
+        self.api, self.exec_id, self.what = api, exec_id, what
+        self.returncode: int | None = None
+        self._order: int | None = None
+        self._start: int | None = None
+        self.pid = 0
+        deadline = time.monotonic() + 30
+        while True:
+            info = api.exec_inspect(exec_id)
+            if info.get("Pid"):
+                self.pid = info["Pid"]
+                self._start = proc_start_time(self.pid)
+                return
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                self._finished(info["ExitCode"])
+                return
+            if time.monotonic() > deadline:
+                raise RunFailure(f"docker did not start {what} within 30 s")
+            time.sleep(0.01)
+
+    def _finished(self, code: int) -> None:
+        # runc reports a death by signal n as 128 + n; Popen's convention is -n
+        self.returncode = -(code - 128) if 128 < code < 128 + 65 else code
+        self._order = next(_EXIT_SEEN)
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if self.pid and proc_start_time(self.pid) == self._start and _running(self.pid):
+            return None
+        info = self.api.exec_inspect(self.exec_id)
+        if info.get("Running"):
+            return None
+        self._finished(info.get("ExitCode") if info.get("ExitCode") is not None else -9)
+        return self.returncode
+
+    @property
+    def exit_order(self) -> int:
+        return self._order if self._order is not None else 1 << 62
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (rc := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.what, timeout or 0)
+            time.sleep(0.02)
+        return rc
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+class DockerRuntime(NetnsRuntime):
+    name = "docker"
+    shares_hostname = False
+
+    def __init__(
+        self,
+        plan: TopologyPlan,
+        state: RunState,
+        opts: DockerOptions,
+        run_dir: Path,
+        image: str,
+        engine: docker.DockerClient | None = None,
+    ) -> None:
+        super().__init__(plan, state)
+        self.opts, self.image = opts, image
+        self.run_dir = run_dir.resolve()
+        self.engine = engine or client()
+        self._init_pid: dict[str, int] = {}  # container name → its init's host PID
+        self._ids: dict[str, str] = {}
+        self._checked = 0.0
+
+    def _make_nodes(self) -> None:
+        p = self.plan
+        self.state.record({"kind": "netns", "name": p.switch_ns})
+        create_netns(p.switch_ns)
+        self.state.record(
+            *({"kind": "container", "name": h.netns, "node": h.name} for h in p.hosts),
+            *({"kind": "netns", "name": h.netns, "attached": True} for h in p.hosts),
+        )
+        with ThreadPoolExecutor(min(START_PARALLEL, len(p.hosts))) as pool:
+            started = list(pool.map(self._start_container, p.hosts))
+        for h, (cid, pid) in zip(p.hosts, started, strict=True):
+            self._ids[h.netns], self._init_pid[h.netns] = cid, pid
+            netns.attach(h.netns, pid)
+
+    def _start_container(self, h: Host) -> tuple[str, int]:
+        import docker
+
+        spec = container_spec(self.plan, h, self.image, self.state.run_id, self.run_dir, self.opts)
+        try:
+            c = self.engine.containers.run(**spec)
+            c.reload()
+        except docker.errors.DockerException as e:
+            raise RunFailure(
+                f"container {h.netns} (host {h.name}) did not start: {_short(e)}"
+            ) from None
+        pid = c.attrs["State"]["Pid"]
+        if not c.attrs["State"]["Running"] or not pid:
+            raise RunFailure(
+                f"container {h.netns} (host {h.name}) exited at once: "
+                f"{c.attrs['State'].get('Error') or c.attrs['State'].get('Status')}"
+            )
+        return c.id, pid
+
+    def _exec(
+        self,
+        ns: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None,
+        user: str = "",
+    ) -> ContainerProcess:
+        if ns not in self._ids:
+            raise RunFailure(f"{ns} is not a container of this run")
+        # the shell only redirects, then replaces itself with the program ($0 is the log)
+        cmd = ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path), *argv]
+        import docker
+
+        self.check(at_once=True)  # a dead container: say so, not "cannot exec"
+        api = self.engine.api
+        try:
+            ex = api.exec_create(self._ids[ns], cmd, environment=dict(env or {}), user=user)
+            api.exec_start(ex["Id"], detach=True)
+        except docker.errors.DockerException as e:
+            raise RunFailure(
+                f"cannot start {argv[-1] if argv else '?'} in container {ns}: {_short(e)}"
+            ) from None
+        return ContainerProcess(api, ex["Id"], f"{argv[0]} in {ns}")
+
+    def spawn(
+        self, ns: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> NodeProcess:
+        return self._exec(ns, argv, log_path, env)
+
+    def spawn_python(
+        self,
+        ns: str,
+        module: str,
+        argv: list[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        preload: Sequence[str] = (),
+        gid: int | None = None,
+        new_uts: bool = False,
+    ) -> NodeProcess:
+        """`python -m module` with the image's interpreter. No fork server: each container
+        imports for itself (its own file system and cgroup), and every container has its own
+        hostname already, so `new_uts` has nothing to do."""
+        from testbed.images import NODE_PYTHON
+
+        user = f"0:{gid}" if gid is not None else ""
+        return self._exec(ns, [NODE_PYTHON, "-m", module, *argv], log_path, env, user)
+
+    def net_exec(
+        self, ns: str, argv: Sequence[str], timeout: float = 20
+    ) -> subprocess.CompletedProcess[str]:
+        """Run from the host, in the container's network namespace only: the container needs
+        no capability for it (the Horovod DSCP rule is made this way)."""
+        return run_in_netns(NETNS_DIR / ns, argv, timeout)
+
+    def check(self, at_once: bool = False) -> None:
+        """A container that stopped (docker kill/stop, OOM, engine restart) ends the run with
+        its name and the engine's reason; its processes are gone with it."""
+        now = time.monotonic()
+        if now - self._checked < 0.5 and not at_once:
+            return
+        self._checked = now
+        for name, pid in self._init_pid.items():
+            if _running(pid):
+                continue
+            why = "it is gone"
+            with contextlib.suppress(Exception):
+                st = self.engine.api.inspect_container(self._ids[name])["State"]
+                why = f"status {st.get('Status')}, exit code {st.get('ExitCode')}"
+                if st.get("OOMKilled"):
+                    why += ", killed for exceeding docker.memory"
+            node = name.rsplit("-", 1)[-1]
+            raise RunFailure(f"container {name} (host {node}) stopped mid-run ({why})")
+
+    def close(self) -> None:
+        super().close()
+        with contextlib.suppress(Exception):
+            self.engine.close()
+
+
+def _remove_containers(engine: Any, names: set[str], run_id: str) -> list[str]:
+    """Force-remove the run's containers, by recorded name and by label."""
+    import docker
+
+    found = {
+        c.name: c
+        for c in engine.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    }
+    problems: list[str] = []
+
+    def rm(name: str) -> None:
+        try:
+            c = found.get(name) or engine.containers.get(name)
+            if c.labels.get(LABEL_RUN) != run_id:
+                problems.append(f"container {name} is not labelled as run {run_id}'s; left alone")
+                return
+            c.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as e:
+            problems.append(f"could not remove container {name}: {_short(e)}")
+
+    todo = sorted(names | set(found))
+    if todo:
+        with ThreadPoolExecutor(min(START_PARALLEL, len(todo))) as pool:
+            list(pool.map(rm, todo))
+    return problems
+
+
+def teardown(state: RunState) -> list[str]:
+    """Containers first (their processes go with them), then what the netns runtime removes:
+    the switch namespace, the attached container namespaces (which frees their veths), and the
+    management links in the root namespace."""
+    problems: list[str] = []
+    names = {o["name"] for o in state.objects if o["kind"] == "container"}
+    try:
+        engine = client(timeout=30)
+    except EnvironmentProblem as e:
+        problems.append(
+            f"{e} — containers {', '.join(sorted(names))} may remain; run `testbed down` again"
+        )
+    else:
+        problems += _remove_containers(engine, names, state.run_id)
+        engine.close()
+    return problems + netns_teardown(state)
+
+
+def orphans() -> dict[str, list[str]]:
+    """Containers labelled with a run id that has no state file (the state was lost) or whose
+    orchestrator is gone: run id → container names. Empty when no engine answers."""
+    try:
+        engine = client(timeout=10)
+    except EnvironmentProblem:
+        return {}
+    live = {st.run_id for st in all_states() if st.alive()}
+    out: dict[str, list[str]] = {}
+    for c in engine.containers.list(all=True, filters={"label": LABEL_RUN}):
+        rid = c.labels.get(LABEL_RUN, "")
+        if rid not in live:
+            out.setdefault(rid, []).append(c.name)
+    engine.close()
+    return out
+
+
+def remove_orphans(run_id: str) -> list[str]:
+    try:
+        engine = client(timeout=30)
+    except EnvironmentProblem as e:
+        return [str(e)]
+    try:
+        return _remove_containers(engine, set(), run_id)
+    finally:
+        engine.close()
