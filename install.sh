@@ -31,6 +31,42 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
 fi
 
+# --- Docker engine for `runtime: docker`. A machine whose engine answers is used as it is;
+# otherwise Debian's docker.io is installed when missing and dockerd started. debootstrap makes
+# the node image's base (`testbed images build`; no images are built here).
+docker_pkgs=()
+command -v debootstrap >/dev/null 2>&1 || docker_pkgs+=(debootstrap)
+if ! docker info >/dev/null 2>&1 && ! { command -v dockerd && command -v docker; } >/dev/null 2>&1; then
+  docker_pkgs+=(docker.io)
+fi
+if [ ${#docker_pkgs[@]} -gt 0 ]; then
+  echo "== installing ${docker_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${docker_pkgs[@]}" >/dev/null
+fi
+if ! docker info >/dev/null 2>&1; then
+  mkdir -p /var/log/testbed
+  if [ -d /run/systemd/system ]; then
+    echo "== starting docker (systemctl)"
+    systemctl start docker || true
+  elif ! pgrep -x dockerd >/dev/null 2>&1; then
+    echo "== starting dockerd (log: /var/log/testbed/dockerd.log)"
+    # in its own session: a Ctrl-C here or the end of this shell leaves it running
+    setsid nohup dockerd >>/var/log/testbed/dockerd.log 2>&1 </dev/null &
+  fi
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  if ! docker info >/dev/null 2>&1; then
+    echo "install.sh: the Docker engine does not answer on /var/run/docker.sock after 30 s;" \
+      "see /var/log/testbed/dockerd.log (or journalctl -u docker)" >&2
+    tail -n 5 /var/log/testbed/dockerd.log >&2 2>/dev/null || true
+    exit 1
+  fi
+fi
+
 stamp=.venv/.testbed-install
 want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ]; then
