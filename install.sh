@@ -60,7 +60,7 @@ if ! docker info >/dev/null 2>&1; then
     sleep 0.5
   done
   if ! docker info >/dev/null 2>&1; then
-    echo "install.sh: the Docker engine does not answer on /var/run/docker.sock after 30 s;" \
+    echo "install.sh: the Docker engine does not answer on ${DOCKER_HOST:-/var/run/docker.sock} after 30 s;" \
       "see /var/log/testbed/dockerd.log (or journalctl -u docker)" >&2
     tail -n 5 /var/log/testbed/dockerd.log >&2 2>/dev/null || true
     exit 1
