@@ -150,6 +150,10 @@ class NetnsRuntime:
             ipr = self.ipr(ns)
             ipr.link("set", index=self._ifindex(ns, "lo"), state="up")
 
+        # br_netfilter (loaded by dockerd, among others) would pass every bridged frame through
+        # netfilter in the switch: the switch is ours and has no rules, so turn that off there
+        for family in ("iptables", "ip6tables", "arptables"):
+            write_sysctl(p.switch_ns, f"net.bridge.bridge-nf-call-{family}", "0")
         sw = self.ipr(p.switch_ns)
         sw.link("add", ifname=p.bridge, kind="bridge")
         br = self._ifindex(p.switch_ns, p.bridge)
