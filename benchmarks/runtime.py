@@ -1,0 +1,141 @@
+"""netns against docker: what containers cost to set up and tear down, what the node image
+costs to build, and whether a run measures the same on both runtimes.
+
+  setup_s        build (namespaces or containers, veths, addresses, offloads) + shaping of
+                 every link in both directions, for 8 and 32 hosts
+  teardown_s     the runtime's own teardown from the state file
+  image_build_s  cold: from nothing (debootstrap, wheels on the host, docker build), only
+                 with --cold (it deletes testbed's images and Docker's build cache first);
+                 warm: nothing changed (the content hash finds the image)
+  image_mb       size of the node image
+  iteration_ratio_docker_over_netns
+                 mean Horovod iteration time of examples/thesis-mini-docker.yaml over that of
+                 examples/thesis-mini.yaml, same seed, --duration each (default 40 s)
+  goodput_ratio_docker_100mbit
+                 one bulk TCP flow between two containers on a 100 Mbit/s link, goodput / cap
+
+Run as root with dockerd running: `.venv/bin/python benchmarks/runtime.py [--cold]`; the JSON
+line is the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.images import build_images, ensure_node_image
+from testbed.orchestrator import run
+from testbed.runtime.base import make_runtime, teardown
+from testbed.runtime.docker import client
+from testbed.scenario import load_scenario_data
+from testbed.shaping.apply import apply_plan
+from testbed.shaping.plan import LinkSpec, plan_links
+from testbed.state import RunState
+from testbed.topology import new_run_id, single_tor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup_teardown(runtime: str, hosts: int, image: str, tmp: Path) -> tuple[float, float]:
+    s = load_scenario_data(
+        {"name": "bench", "runtime": runtime, "topology": {"hosts": hosts},
+         "tc_profile": "thesis-2band"}, "bench"
+    )  # fmt: skip
+    run_id = new_run_id()
+    plan = single_tor(s, run_id)
+    st = RunState(run_id=run_id, scenario="bench", out_dir=str(tmp), runtime=runtime)
+    st.save()
+    t0 = time.monotonic()
+    rt = make_runtime(s, plan, st, tmp, image if runtime == "docker" else None)
+    try:
+        rt.build()
+        t = s.topology
+        plans = plan_links(
+            plan.link_ends(), LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit),
+            s.tc_profile, False,
+        )  # fmt: skip
+        st.record(*({"kind": "qdisc", "netns": p.end.netns, "ifname": p.end.ifname,
+                     "handle": "1:"} for p in plans))  # fmt: skip
+        for p in plans:
+            apply_plan(rt.ipr(p.end.netns), p)
+        setup = time.monotonic() - t0
+    finally:
+        rt.close()
+        t1 = time.monotonic()
+        problems = teardown(st)
+        down = time.monotonic() - t1
+        st.remove()
+    if problems:
+        raise SystemExit(f"teardown problems: {problems}")
+    return setup, down
+
+
+def mean_iteration(path: Path, duration: str, out: Path) -> float:
+    data = yaml.safe_load(path.read_text())
+    data["duration"] = duration
+    summary = run(load_scenario_data(data, str(path.parent)), out=out).summary
+    return float(summary["horovod"]["iteration_time_s"]["mean"])
+
+
+def goodput_ratio(out: Path) -> float:
+    rate = 100_000_000
+    s = load_scenario_data(
+        {"name": "gp", "runtime": "docker", "duration": "10s",
+         "measure": {"warmup": "1s", "cooldown": "0s"},
+         "topology": {"hosts": 2, "link_rate": rate},
+         "workloads": {"linkcheck": {"pattern": "single", "short": False}}}, "bench"
+    )  # fmt: skip
+    summary = run(s, out=out).summary
+    (flow,) = [f for f in summary["linkcheck"]["bulk"] if f["src"] == "h1"]
+    return float(flow["goodput_bps"]) / rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cold", action="store_true", help="also time a build from nothing")
+    ap.add_argument("--duration", default="40s", help="of each thesis-mini run")
+    ap.add_argument("--sizes", default="8,32")
+    args = ap.parse_args()
+    engine = client()
+    result: dict[str, Any] = {"image_build_s": {"cold": None, "warm": None}}
+    if args.cold:
+        for img in engine.images.list(filters={"label": "testbed.image"}):
+            engine.images.remove(img.id, force=True)
+        engine.api.prune_builds()
+        r = build_images(engine, progress=print)
+        result["image_build_s"]["cold"] = round(r.seconds, 1)
+    image = ensure_node_image(engine, progress=print)
+    r = build_images(engine, progress=print)
+    result["image_build_s"]["warm"] = round(r.seconds, 2)
+    result["image_mb"] = round(r.size_mb)
+    engine.close()
+
+    sizes = [int(x) for x in args.sizes.split(",")]
+    result["setup_s"] = {"netns": {}, "docker": {}}
+    result["teardown_s"] = {"netns": {}, "docker": {}}
+    with tempfile.TemporaryDirectory(prefix="tb-bench-") as tmp:
+        for runtime in ("netns", "docker"):
+            for n in sizes:
+                up, down = setup_teardown(runtime, n, image, Path(tmp))
+                result["setup_s"][runtime][str(n)] = round(up, 2)
+                result["teardown_s"][runtime][str(n)] = round(down, 2)
+                print(f"{runtime} {n} hosts: setup {up:.2f} s, teardown {down:.2f} s", flush=True)
+        t = Path(tmp)
+        netns_it = mean_iteration(ROOT / "examples" / "thesis-mini.yaml", args.duration, t / "n")
+        docker_it = mean_iteration(
+            ROOT / "examples" / "thesis-mini-docker.yaml", args.duration, t / "d"
+        )
+        print(f"mean iteration: netns {netns_it:.3f} s, docker {docker_it:.3f} s", flush=True)
+        result["iteration_ratio_docker_over_netns"] = round(docker_it / netns_it, 3)
+        result["goodput_ratio_docker_100mbit"] = round(goodput_ratio(t / "g"), 3)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
