@@ -725,13 +725,16 @@ def status() -> None:
         click.echo("no runs")
         return
     t = Table()
-    for col in ("run id", "scenario", "state", "phase", "pid", "started", "hosts", "run folder"):
+    for col in (
+        "run id", "scenario", "runtime", "state", "phase", "pid", "started", "hosts", "run folder"
+    ):  # fmt: skip
         t.add_column(col)
     for st in states:
         alive = st.alive()
         t.add_row(
             st.run_id,
             st.scenario,
+            st.runtime,
             "[green]live[/]" if alive else "[red]dead[/] (testbed down)",
             st.phase,
             str(st.pid),

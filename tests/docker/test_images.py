@@ -14,6 +14,7 @@ import docker
 import pytest
 
 from testbed import images
+from testbed.errors import EnvironmentProblem
 from testbed.images import NODE_PYTHON, build_images, ensure_node_image
 
 pytestmark = pytest.mark.docker
@@ -87,6 +88,10 @@ def test_a_source_change_rebuilds_only_the_last_layers(
     (src / "testbed" / "_image_probe.py").write_text(f"TOKEN = {token!r}\n")
     monkeypatch.setattr(images, "SOURCE_ROOT", src)
 
+    # the image for this source is missing: refused plainly when building is off (a scenario's
+    # `docker: {build: false}`), built when it is on, as `testbed up` does
+    with pytest.raises(EnvironmentProblem, match="testbed images build"):
+        ensure_node_image(engine, build=False)
     r = build_images(engine, progress=print)
     try:
         assert r.built and r.tag != node_image
