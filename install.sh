@@ -60,10 +60,11 @@ if ! docker info >/dev/null 2>&1; then
     sleep 0.5
   done
   if ! docker info >/dev/null 2>&1; then
-    echo "install.sh: the Docker engine does not answer on ${DOCKER_HOST:-/var/run/docker.sock} after 30 s;" \
+    # netns runs need no engine: say why docker runs will not work, and go on
+    echo "install.sh: warning: the Docker engine does not answer on ${DOCKER_HOST:-/var/run/docker.sock}" \
+      "after 30 s, so runtime: docker will not work (netns runs are unaffected);" \
       "see /var/log/testbed/dockerd.log (or journalctl -u docker)" >&2
     tail -n 5 /var/log/testbed/dockerd.log >&2 2>/dev/null || true
-    exit 1
   fi
 fi
 

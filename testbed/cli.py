@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 import time
@@ -638,7 +637,8 @@ def images_build(base: str | None, force: bool) -> None:
 def down(force: bool) -> None:
     """Remove everything earlier runs left behind (after kill -9, a crash, a reboot of testbed).
 
-    Only objects recorded in a run's state file are touched. Idempotent."""
+    Only objects recorded in a run's state file are touched, and containers that carry
+    testbed's labels and names for a run that is not alive. Idempotent."""
     from testbed.preflight import require_root
     from testbed.runtime.base import teardown
     from testbed.runtime.netns import NETNS_DIR
@@ -678,7 +678,7 @@ def down(force: bool) -> None:
         )
     # Containers carry their run id: a run whose state file is gone still has its containers
     # found (and only those labelled by testbed).
-    if shutil.which("docker") or os.path.exists("/var/run/docker.sock"):
+    if os.environ.get("DOCKER_HOST") or os.path.exists("/var/run/docker.sock"):
         from testbed.runtime.docker import orphans, remove_orphans
 
         for rid, names in orphans().items():

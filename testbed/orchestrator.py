@@ -180,7 +180,7 @@ def run(
 ) -> RunResult:
     ui = ui or QuietUI()
     s, run_id, run_dir = prepare(s, out, run_id)
-    image = node_image(s, ui)
+    image = node_image(s, run_id, ui)
     ui.phase("probing kernel")
     caps = preflight.kernel_capabilities()
     warnings: list[str] = []
@@ -360,26 +360,33 @@ def _live(
         rt.close()
 
 
-def node_image(s: Scenario, ui: UI) -> str | None:
+def node_image(s: Scenario, run_id: str, ui: UI) -> str | None:
     """The docker runtime's node image, built first when missing (and allowed); None for
     netns. Runs before anything of the run exists: a failure here leaves nothing behind."""
     if s.runtime != "docker":
         return None
     assert s.docker is not None
+    import docker
+
     from testbed.images import ensure_node_image
     from testbed.runtime.docker import client
 
     engine = client()
     try:
+        clash = engine.containers.list(all=True, filters={"name": f"^tb-{run_id}-"})
+        if clash:
+            raise ScenarioError(
+                f"--run-id: containers of run {run_id} exist ({', '.join(c.name for c in clash)}); "
+                "pick another id, or run `testbed down` if that run is dead"
+            )
         if s.docker.image is not None:
-            import docker
-
             try:
                 engine.images.get(s.docker.image)
-            except docker.errors.ImageNotFound:
+            except docker.errors.DockerException as e:
                 raise ScenarioError(
-                    f"docker.image: {s.docker.image!r} is not on this engine; build or load it, "
-                    "or leave docker.image out to use testbed's node image"
+                    f"docker.image: {s.docker.image!r} is not usable on this engine "
+                    f"({type(e).__name__}); build or load it, or leave docker.image out to use "
+                    "testbed's node image"
                 ) from None
             return s.docker.image
         return ensure_node_image(engine, build=s.docker.build, progress=ui.phase)

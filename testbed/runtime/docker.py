@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -35,7 +36,7 @@ from pyroute2 import netns
 
 from testbed.errors import EnvironmentProblem, RunFailure
 from testbed.runtime.base import NodeProcess
-from testbed.runtime.netns import NETNS_DIR, NetnsRuntime, create_netns, run_in_netns
+from testbed.runtime.netns import NetnsRuntime, _exists, create_netns
 from testbed.runtime.netns import teardown as netns_teardown
 from testbed.state import RunState, all_states, proc_start_time
 from testbed.topology import Host, TopologyPlan
@@ -111,6 +112,7 @@ class ContainerProcess:
         self.returncode: int | None = None
         self._order: int | None = None
         self._start: int | None = None
+        self._gone = 0.0
         self.pid = 0
         deadline = time.monotonic() + 30
         while True:
@@ -127,19 +129,27 @@ class ContainerProcess:
             time.sleep(0.01)
 
     def _finished(self, code: int) -> None:
-        # runc reports a death by signal n as 128 + n; Popen's convention is -n
+        # runc reports a death by signal n as 128 + n; Popen's convention is -n (so a program
+        # that itself exits with 129-192 reads as killed: the engine does not tell them apart)
         self.returncode = -(code - 128) if 128 < code < 128 + 65 else code
         self._order = next(_EXIT_SEEN)
 
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        if self.pid and proc_start_time(self.pid) == self._start and _running(self.pid):
+        if self.pid and proc_start_time(self.pid) == self._start and _exists(self.pid):
             return None
-        info = self.api.exec_inspect(self.exec_id)
-        if info.get("Running"):
+        # the process is gone: its exit code is the engine's to tell (for a removed
+        # container, or an engine that lags, SIGKILL is the honest guess after a grace)
+        self._gone = self._gone or time.monotonic()
+        try:
+            info = self.api.exec_inspect(self.exec_id)
+        except Exception:
+            info = {"Running": time.monotonic() - self._gone < 2.0, "ExitCode": None}
+        if info.get("Running") and time.monotonic() - self._gone < 2.0:
             return None
-        self._finished(info.get("ExitCode") if info.get("ExitCode") is not None else -9)
+        code = info.get("ExitCode")
+        self._finished(code if code is not None else 128 + signal.SIGKILL)
         return self.returncode
 
     @property
@@ -166,12 +176,11 @@ class ContainerProcess:
         return rc
 
 
-def _running(pid: int) -> bool:
+def _net_inode(pid: int) -> int | None:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
 
 
 class DockerRuntime(NetnsRuntime):
@@ -191,9 +200,8 @@ class DockerRuntime(NetnsRuntime):
         self.opts, self.image = opts, image
         self.run_dir = run_dir.resolve()
         self.engine = engine or client()
-        self._init_pid: dict[str, int] = {}  # container name → its init's host PID
+        self._init: dict[str, tuple[int, int]] = {}  # container → its init's PID, start time
         self._ids: dict[str, str] = {}
-        self._checked = 0.0
 
     def _make_nodes(self) -> None:
         p = self.plan
@@ -205,11 +213,10 @@ class DockerRuntime(NetnsRuntime):
         )
         with ThreadPoolExecutor(min(START_PARALLEL, len(p.hosts))) as pool:
             started = list(pool.map(self._start_container, p.hosts))
-        for h, (cid, pid) in zip(p.hosts, started, strict=True):
-            self._ids[h.netns], self._init_pid[h.netns] = cid, pid
-            netns.attach(h.netns, pid)
+        for h, (cid, pid, start) in zip(p.hosts, started, strict=True):
+            self._ids[h.netns], self._init[h.netns] = cid, (pid, start)
 
-    def _start_container(self, h: Host) -> tuple[str, int]:
+    def _start_container(self, h: Host) -> tuple[str, int, int]:
         import docker
 
         spec = container_spec(self.plan, h, self.image, self.state.run_id, self.run_dir, self.opts)
@@ -221,12 +228,18 @@ class DockerRuntime(NetnsRuntime):
                 f"container {h.netns} (host {h.name}) did not start: {_short(e)}"
             ) from None
         pid = c.attrs["State"]["Pid"]
-        if not c.attrs["State"]["Running"] or not pid:
+        start = proc_start_time(pid) if pid else None
+        if not c.attrs["State"]["Running"] or start is None:
             raise RunFailure(
                 f"container {h.netns} (host {h.name}) exited at once: "
                 f"{c.attrs['State'].get('Error') or c.attrs['State'].get('Status')}"
             )
-        return c.id, pid
+        # Attach at once, and only a namespace of its own: were the PID reused by then, a
+        # foreign namespace (this machine's own) would be bound under the run's name.
+        if _net_inode(pid) in (None, _net_inode(1)) or proc_start_time(pid) != start:
+            raise RunFailure(f"container {h.netns} (host {h.name}) stopped while starting")
+        netns.attach(h.netns, pid)
+        return c.id, pid, start
 
     def _exec(
         self,
@@ -242,7 +255,7 @@ class DockerRuntime(NetnsRuntime):
         cmd = ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path), *argv]
         import docker
 
-        self.check(at_once=True)  # a dead container: say so, not "cannot exec"
+        self.check()  # a dead container: say so, not "cannot exec"
         api = self.engine.api
         try:
             ex = api.exec_create(self._ids[ns], cmd, environment=dict(env or {}), user=user)
@@ -277,22 +290,13 @@ class DockerRuntime(NetnsRuntime):
         user = f"0:{gid}" if gid is not None else ""
         return self._exec(ns, [NODE_PYTHON, "-m", module, *argv], log_path, env, user)
 
-    def net_exec(
-        self, ns: str, argv: Sequence[str], timeout: float = 20
-    ) -> subprocess.CompletedProcess[str]:
-        """Run from the host, in the container's network namespace only: the container needs
-        no capability for it (the Horovod DSCP rule is made this way)."""
-        return run_in_netns(NETNS_DIR / ns, argv, timeout)
-
-    def check(self, at_once: bool = False) -> None:
+    def check(self) -> None:
         """A container that stopped (docker kill/stop, OOM, engine restart) ends the run with
-        its name and the engine's reason; its processes are gone with it."""
-        now = time.monotonic()
-        if now - self._checked < 0.5 and not at_once:
-            return
-        self._checked = now
-        for name, pid in self._init_pid.items():
-            if _running(pid):
+        its name and the engine's reason; its processes are gone with it. A few /proc reads:
+        cheap enough for every tick, and it runs before the workloads' own checks, so the
+        container is named rather than the process that died with it."""
+        for name, (pid, start) in self._init.items():
+            if proc_start_time(pid) == start and _exists(pid):
                 continue
             why = "it is gone"
             with contextlib.suppress(Exception):
@@ -310,16 +314,20 @@ class DockerRuntime(NetnsRuntime):
 
 
 def _remove_containers(engine: Any, names: set[str], run_id: str) -> list[str]:
-    """Force-remove the run's containers, by recorded name and by label."""
-    import docker
-
-    found = {
-        c.name: c
-        for c in engine.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
-    }
+    """Force-remove the run's containers, by recorded name and by label. Only containers that
+    carry this run's label go: a name alone could be anyone's."""
     problems: list[str] = []
+    try:
+        listed = engine.containers.list(
+            all=True, filters={"label": f"{LABEL_RUN}={run_id}"}, ignore_removed=True
+        )
+    except Exception as e:
+        return [f"cannot list run {run_id}'s containers: {_short(e)}"]
+    found = {c.name: c for c in listed}
 
     def rm(name: str) -> None:
+        import docker
+
         try:
             c = found.get(name) or engine.containers.get(name)
             if c.labels.get(LABEL_RUN) != run_id:
@@ -328,7 +336,7 @@ def _remove_containers(engine: Any, names: set[str], run_id: str) -> list[str]:
             c.remove(force=True)
         except docker.errors.NotFound:
             pass
-        except docker.errors.DockerException as e:
+        except Exception as e:
             problems.append(f"could not remove container {name}: {_short(e)}")
 
     todo = sorted(names | set(found))
@@ -341,35 +349,48 @@ def _remove_containers(engine: Any, names: set[str], run_id: str) -> list[str]:
 def teardown(state: RunState) -> list[str]:
     """Containers first (their processes go with them), then what the netns runtime removes:
     the switch namespace, the attached container namespaces (which frees their veths), and the
-    management links in the root namespace."""
+    management links in the root namespace. The second part runs whatever the engine says."""
     problems: list[str] = []
     names = {o["name"] for o in state.objects if o["kind"] == "container"}
     try:
-        engine = client(timeout=30)
-    except EnvironmentProblem as e:
-        problems.append(
-            f"{e} — containers {', '.join(sorted(names))} may remain; run `testbed down` again"
-        )
-    else:
-        problems += _remove_containers(engine, names, state.run_id)
-        engine.close()
-    return problems + netns_teardown(state)
+        try:
+            engine = client(timeout=30)
+        except EnvironmentProblem as e:
+            problems.append(
+                f"{e} — containers {', '.join(sorted(names))} may remain; run `testbed down` again"
+            )
+        else:
+            try:
+                problems += _remove_containers(engine, names, state.run_id)
+            finally:
+                engine.close()
+    finally:
+        problems += netns_teardown(state)
+    return problems
 
 
 def orphans() -> dict[str, list[str]]:
-    """Containers labelled with a run id that has no state file (the state was lost) or whose
-    orchestrator is gone: run id → container names. Empty when no engine answers."""
+    """testbed's containers (label, node label and name all testbed's) whose run has no live
+    orchestrator here, e.g. after its state file was lost: run id → container names. Empty
+    when no engine answers."""
     try:
         engine = client(timeout=10)
     except EnvironmentProblem:
         return {}
     live = {st.run_id for st in all_states() if st.alive()}
     out: dict[str, list[str]] = {}
-    for c in engine.containers.list(all=True, filters={"label": LABEL_RUN}):
+    try:
+        listed = engine.containers.list(
+            all=True, filters={"label": LABEL_NODE}, ignore_removed=True
+        )
+    except Exception:
+        listed = []
+    finally:
+        engine.close()
+    for c in listed:
         rid = c.labels.get(LABEL_RUN, "")
-        if rid not in live:
+        if rid not in live and re.fullmatch(rf"tb-{re.escape(rid)}-h\d+", c.name or ""):
             out.setdefault(rid, []).append(c.name)
-    engine.close()
     return out
 
 

@@ -324,6 +324,7 @@ def _ns_inode(path: Path) -> tuple[int, int] | None:
 def pids_in(namespaces: Sequence[str]) -> list[int]:
     """Processes whose network namespace is one of ours."""
     wanted = {i for ns in namespaces if (i := _ns_inode(NETNS_DIR / ns)) is not None}
+    wanted.discard(_ns_inode(Path("/proc/1/ns/net")))  # never this machine's own namespace
     if not wanted:
         return []
     me = os.getpid()

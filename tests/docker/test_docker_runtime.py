@@ -70,6 +70,12 @@ def test_hosts_are_containers_on_the_shaped_switch(tmp_path, image):
     try:
         rt.build()
         assert sorted(labelled(run_id)) == [f"tb-{run_id}-h{i}" for i in (1, 2, 3)]
+        # br_netfilter (dockerd loads it) is off for the switch's bridge: the switch is ours
+        nf = subprocess.run(
+            ["ip", "netns", "exec", f"tb-{run_id}-sw", "cat",
+             "/proc/sys/net/bridge/bridge-nf-call-iptables"], capture_output=True, text=True,
+        )  # fmt: skip
+        assert nf.stdout.strip() in ("0", ""), nf
         engine = docker.from_env()
         c = engine.containers.get(f"tb-{run_id}-h2")
         hc = c.attrs["HostConfig"]
@@ -171,8 +177,8 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
     assert m["prometheus"] == "embedded" and m["targets"] >= 8, m
     assert m["cross_check"]["agree"] is True, m["cross_check"]
     assert {c["what"] for c in m["cross_check"]["checks"]} >= {"iterations of h1", "flows started"}
-    for line in (out / "horovod" / "worker-h1.log").read_text().splitlines()[:3]:
-        assert "Traceback" not in line
+    for log in [*(out / "horovod").glob("worker-*.log"), *(out / "websearch").glob("*.log")]:
+        assert "Traceback" not in log.read_text(), log
 
 
 def _yaml(path: Path) -> dict:
@@ -219,8 +225,10 @@ def test_down_finds_containers_by_label_without_a_state_file(tmp_path, image):
     engine = docker.from_env()
     name = "tb-d0c003-h1"
     engine.containers.run(image, ["sleep", "infinity"], name=name, detach=True,
-                          network_mode="none", labels={"testbed.run": "d0c003"})  # fmt: skip
-    other = engine.containers.run(image, ["sleep", "infinity"], name="not-testbed-d0c003",
+                          network_mode="none",
+                          labels={"testbed.run": "d0c003", "testbed.node": "h1"})  # fmt: skip
+    # a container named like testbed's but without its labels is someone else's
+    other = engine.containers.run(image, ["sleep", "infinity"], name="tb-d0c003-h2",
                                   detach=True, network_mode="none")  # fmt: skip
     try:
         r = run_cli("down")
@@ -281,7 +289,8 @@ def test_docker_firewall_is_left_alone_and_netns_still_passes_traffic(tmp_path, 
     data bridges live in their own switch namespace, so both runtimes keep their rates, and
     no run edits Docker's iptables rules."""
     saved = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
-    assert ":FORWARD DROP" in saved, "dockerd should have set FORWARD to DROP here"
+    if ":FORWARD DROP" not in saved:
+        pytest.skip("this engine runs without its firewall (--iptables=false)")
     assert Path("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
     rate = 50_000_000
     for runtime in ("netns", "docker"):

@@ -41,21 +41,24 @@ def present_objects() -> set[str]:
 
 def containers() -> set[str]:
     """Containers labelled by testbed, when a Docker engine answers."""
-    if not Path("/var/run/docker.sock").exists():
+    if not (os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists()):
         return set()
-    try:
-        import docker
+    import docker
 
-        c = docker.from_env(timeout=20)
-        try:
-            return {
-                f"container:{x.name}"
-                for x in c.containers.list(all=True, filters={"label": "testbed.run"})
-            }
-        finally:
-            c.close()
-    except Exception:
-        return set()
+    try:
+        c = docker.from_env(timeout=30)
+        c.ping()
+    except docker.errors.DockerException:
+        return set()  # no engine: no containers (a listing error below is not swallowed)
+    try:
+        return {
+            f"container:{x.name}"
+            for x in c.containers.list(
+                all=True, filters={"label": "testbed.run"}, ignore_removed=True
+            )
+        }
+    finally:
+        c.close()
 
 
 def run_scenario(tmp_path: Path, data: dict[str, Any]) -> dict[str, Any]:

@@ -227,3 +227,18 @@ def test_not_root_is_refused_plainly(tmp_path, monkeypatch):
     assert r.exit_code == 1
     assert "needs root" in r.output and "sudo" in r.output
     assert present_objects() == before and not (tmp_path / "run").exists()
+
+
+def test_docker_engine_that_does_not_answer_is_one_line(tmp_path):
+    p = tmp_path / "d.yaml"
+    p.write_text("name: d\nruntime: docker\nduration: 10s\ntopology: {hosts: 2}\n")
+    before = present_objects()
+    r = run_cli(
+        "up", str(p), "--out", str(tmp_path / "run"),
+        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"},
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "no Docker engine answers" in lines[0], r.stderr
+    assert "install.sh" in lines[0]
+    assert present_objects() == before and not (tmp_path / "run").exists()
