@@ -164,12 +164,24 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
     assert s["status"] == "ok" and s["runtime"] == "docker"
     h, w = s["horovod"], s["websearch"]
     assert h["workers"] == 4 and h["iterations"] >= 15
-    assert 0.48 <= h["iteration_time_s"]["mean"] < 3 * 0.48
+    # no iteration beats its 480 ms of compute; the typical one is near it (the mean of a
+    # 25 s run can carry one multi-second stall: docs/results/runtime.md, "Noise")
+    assert h["min_iteration_over_compute"] >= 1.0
+    assert 0.48 <= h["iteration_time_s"]["p50"] < 3 * 0.48
     assert w["flows_started"] > 0 and w["fct_s"]["all"]["count"] > 0
     # every worker sends 2(1 - 1/N) × the 1 MB model per iteration
     iters = len(rows(out / "iterations.csv")) // 4
     sent = iters * 2 * (1 - 1 / 4) * 1_000_000 * 4
-    assert sent <= uplink_bytes(s, "low") < 1.3 * sent
+    low = uplink_bytes(s, "low")
+    assert sent <= low
+    # Beyond the ring's data in full frames, the low class carries only small packets: ACKs
+    # and Horovod's per-cycle negotiation, which grow with time, not iterations (a run with a
+    # slow iteration has more of them per byte of data). Web-search data leaking into the
+    # class would come in full frames and push the mean of the rest far above this.
+    frames = sent / 1448
+    packets = sum(x["classes"]["low"]["packets"] for x in s["links"] if x["direction"] == "up")
+    rest = (low - frames * 1514) / max(1.0, packets - frames)
+    assert rest < 300, f"{rest:.0f} B per packet beyond the ring's frames"
     web = sum(int(f["bytes_received"]) for f in rows(out / "flows.csv"))
     assert web <= uplink_bytes(s, "high") < 1.3 * web + 1_000_000
     # Prometheus scraped the exporters inside the containers
