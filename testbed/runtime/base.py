@@ -10,7 +10,11 @@ to this interface only. Nodes are named by their namespace key from the topology
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +41,36 @@ class NodeProcess(Protocol):
 
     @property
     def exit_order(self) -> int: ...  # processes that ended are numbered as they were seen
+
+
+class PolledProcess:
+    """Popen's signal and wait methods for a process that is not our child (a fork server's
+    child, a container's exec): `poll()` is the subclass's, signals go to the host PID while
+    it still runs."""
+
+    pid: int
+
+    def poll(self) -> int | None:
+        raise NotImplementedError
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (rc := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.02)
+        return rc
 
 
 class Runtime(Protocol):

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from pyroute2 import netns
 
 from testbed.errors import EnvironmentProblem, RunFailure
-from testbed.runtime.base import NodeProcess
-from testbed.runtime.netns import NetnsRuntime, _exists, create_netns
+from testbed.runtime.base import NodeProcess, PolledProcess
+from testbed.runtime.netns import NetnsRuntime, create_netns, process_running
 from testbed.runtime.netns import teardown as netns_teardown
 from testbed.state import RunState, all_states, proc_start_time
 from testbed.topology import Host, TopologyPlan
@@ -103,7 +102,7 @@ def container_spec(
     return spec
 
 
-class ContainerProcess:
+class ContainerProcess(PolledProcess):
     """A process started with Docker's exec API. Its PID is a host PID, so signals go straight
     to it; the exit code comes from the engine once the process is gone."""
 
@@ -137,7 +136,7 @@ class ContainerProcess:
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        if self.pid and proc_start_time(self.pid) == self._start and _exists(self.pid):
+        if self.pid and proc_start_time(self.pid) == self._start and process_running(self.pid):
             return None
         # the process is gone: its exit code is the engine's to tell (for a removed
         # container, or an engine that lags, SIGKILL is the honest guess after a grace)
@@ -155,25 +154,6 @@ class ContainerProcess:
     @property
     def exit_order(self) -> int:
         return self._order if self._order is not None else 1 << 62
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (rc := self.poll()) is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.what, timeout or 0)
-            time.sleep(0.02)
-        return rc
 
 
 def _net_inode(pid: int) -> int | None:
@@ -296,7 +276,7 @@ class DockerRuntime(NetnsRuntime):
         cheap enough for every tick, and it runs before the workloads' own checks, so the
         container is named rather than the process that died with it."""
         for name, (pid, start) in self._init.items():
-            if proc_start_time(pid) == start and _exists(pid):
+            if proc_start_time(pid) == start and process_running(pid):
                 continue
             why = "it is gone"
             with contextlib.suppress(Exception):

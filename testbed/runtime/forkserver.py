@@ -30,10 +30,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from testbed.runtime.base import PolledProcess
 
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWNET = 0x40000000
@@ -183,7 +184,7 @@ class ExitTable:
         return self._order.get(pid, self._seq)
 
 
-class ForkedProcess:
+class ForkedProcess(PolledProcess):
     """A child of the fork server, with the parts of Popen's interface the workloads use."""
 
     def __init__(self, server: ForkServer, pid: int) -> None:
@@ -199,25 +200,6 @@ class ForkedProcess:
     def exit_order(self) -> int:
         """Children that ended are numbered in the order the server reaped them."""
         return self.server.exit_order(self.pid)
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:  # the server reaps at once, so a reported exit means gone
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (rc := self.poll()) is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-            time.sleep(0.02)
-        return rc
 
 
 class ForkServer:

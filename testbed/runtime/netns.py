@@ -348,7 +348,7 @@ def kill_processes(namespaces: Sequence[str], grace_s: float = 3.0) -> int:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             _reap()
-            pids = [p for p in pids if _exists(p)]
+            pids = [p for p in pids if process_running(p)]
             if not pids:
                 return 0
             time.sleep(0.05)
@@ -363,10 +363,10 @@ def kill_recorded(pid: int, start: int | None, grace_s: float = 10.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while _exists(pid) and time.monotonic() < deadline:
+    while process_running(pid) and time.monotonic() < deadline:
         _reap()
         time.sleep(0.05)
-    if _exists(pid) and proc_start_time(pid) == start:
+    if process_running(pid) and proc_start_time(pid) == start:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -382,7 +382,7 @@ def _reap() -> None:
             return
 
 
-def _exists(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
