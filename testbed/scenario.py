@@ -27,6 +27,10 @@ from pydantic import (
 from testbed.errors import ScenarioError
 from testbed.shaping.profile import Dscp, TcProfile, load_profile_data
 from testbed.units import (
+    DURATION_PATTERN,
+    PERCENT_PATTERN,
+    RATE_PATTERN,
+    SIZE_PATTERN,
     format_duration,
     format_rate,
     format_size,
@@ -37,17 +41,16 @@ from testbed.units import (
 )
 from testbed.window import Window
 
+# Validation calls the unit parsers (testbed.units), the one source of truth; the JSON Schema
+# patterns are built from the parsers' own unit tables, so editors accept the same spellings.
 Rate = Annotated[
     int,
     BeforeValidator(parse_rate),
     PlainSerializer(format_rate, return_type=str),
     WithJsonSchema(
         {
-            "anyOf": [
-                {"type": "integer"},
-                {"type": "string", "pattern": r"^[0-9.]+\s*[kmgt]?bit$"},
-            ],
-            "description": "bits per second; e.g. 100mbit, 10gbit",
+            "anyOf": [{"type": "number"}, {"type": "string", "pattern": RATE_PATTERN}],
+            "description": "bits per second; e.g. 100mbit, 10Gbit, 1.5gbit/s (units in any case)",
         }
     ),
 ]
@@ -57,11 +60,8 @@ Duration = Annotated[
     PlainSerializer(format_duration, return_type=str),
     WithJsonSchema(
         {
-            "anyOf": [
-                {"type": "number"},
-                {"type": "string", "pattern": r"^[0-9.]+\s*(ns|us|µs|ms|s|m|min|h)$"},
-            ],
-            "description": "seconds; e.g. 10us, 2ms, 60s",
+            "anyOf": [{"type": "number"}, {"type": "string", "pattern": DURATION_PATTERN}],
+            "description": "seconds; e.g. 10us, 2ms, 60s, 2m (units in any case)",
         }
     ),
 ]
@@ -71,11 +71,8 @@ Size = Annotated[
     PlainSerializer(format_size, return_type=str),
     WithJsonSchema(
         {
-            "anyOf": [
-                {"type": "integer"},
-                {"type": "string", "pattern": r"^[0-9.]+\s*([KMG]i?B|B)$"},
-            ],
-            "description": "bytes; e.g. 1500B, 64KB, 6.28MB, 1MiB",
+            "anyOf": [{"type": "number"}, {"type": "string", "pattern": SIZE_PATTERN}],
+            "description": "bytes; e.g. 1500B, 64KB, 6.28MB, 1MiB (units in any case; KB = 1000 B)",
         }
     ),
 ]
@@ -83,7 +80,10 @@ Percent = Annotated[
     float,
     BeforeValidator(parse_percent),
     WithJsonSchema(
-        {"anyOf": [{"type": "number"}, {"type": "string"}], "description": "percent; e.g. 0.1%"}
+        {
+            "anyOf": [{"type": "number"}, {"type": "string", "pattern": PERCENT_PATTERN}],
+            "description": "percent; e.g. 0.1%",
+        }
     ),
 ]
 
@@ -408,15 +408,30 @@ class DockerOptions(BaseModel):
     )
 
 
+def _prometheus_off(value: Any) -> Any:
+    """YAML 1.1 (PyYAML) reads an unquoted `off` or `no` as false: that means "off". An
+    unquoted `on`/`yes` (true) names neither of the two ways to run it, so it is refused."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise ValueError(
+            "got true (YAML reads an unquoted on, yes or true as a boolean); "
+            "write embedded, external or off"
+        )
+    return value
+
+
 class Metrics(BaseModel):
     """Where the run's metrics go. Exporters always listen on management addresses only."""
 
     model_config = _Strict
 
-    prometheus: Literal["embedded", "external", "off"] = Field(
+    prometheus: Annotated[
+        Literal["embedded", "external", "off"], BeforeValidator(_prometheus_off)
+    ] = Field(
         "embedded",
         description="embedded: a Prometheus server per run, data in RUN/prometheus; external: register "
-        "targets with a running Prometheus through file_sd_dir; off: no exporters",
+        "targets with a running Prometheus through file_sd_dir; off (or false): no exporters",
     )
     scrape_interval: Duration = Field(1.0, ge=0.1, le=60)
     file_sd_dir: str | None = Field(
@@ -624,6 +639,13 @@ def _describe(err: dict[str, Any]) -> str:
         return f"{path}: required field is missing"
     if kind == "extra_forbidden":
         return f"{path}: unknown field (check the spelling; `testbed schema` lists every field)"
+    if kind in ("literal_error", "string_type") and isinstance(given, bool):
+        # YAML 1.1 (PyYAML) reads unquoted on/off/yes/no/true/false as booleans.
+        a, b, c = ("on", "yes", "true") if given else ("off", "no", "false")
+        got = f"got {c} (YAML reads an unquoted {a}, {b} or {c} as a boolean)"
+        if kind == "literal_error":
+            return f"{path}: must be one of {ctx.get('expected')}, {got}"
+        return f"{path}: must be a string, {got}; write the word in quotes: '{a}', '{b}' or '{c}'"
     if kind == "literal_error":
         return f"{path}: must be one of {ctx.get('expected')}, got {given!r}"
     if kind in ("int_parsing", "int_type", "int_from_float"):

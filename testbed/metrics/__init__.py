@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+# pFabric's (and so the thesis') flow-size bins: small (0, 100 KB], medium (100 KB, 10 MB],
+# large (10 MB, ∞), each closed at the top. KB and MB are decimal (10^3 and 10^6 bytes), as in
+# the thesis' web-search CDF (its points are 10,000 ... 30,000,000 bytes) and its mean of 1.7 MB
+# in formula 5.3, and as `KB`/`MB` in scenario sizes.
 SMALL_FLOW, LARGE_FLOW = 100_000, 10_000_000
 
 
 def size_class(nbytes: int) -> str:
-    """pFabric size classes: small < 100 KB, large > 10 MB, medium between."""
-    return "small" if nbytes < SMALL_FLOW else "large" if nbytes > LARGE_FLOW else "medium"
+    """pFabric size classes: small ≤ 100 KB, medium ≤ 10 MB, large > 10 MB (decimal units)."""
+    return "small" if nbytes <= SMALL_FLOW else "medium" if nbytes <= LARGE_FLOW else "large"
 
 
 def percentile(values: Sequence[float], q: float) -> float:

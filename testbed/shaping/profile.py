@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 # RFC 2474/2597/3246/8622 code points by name.
 DSCP_NAMES: dict[str, int] = {
@@ -74,15 +74,37 @@ class TrafficClass(BaseModel):
         return self.dscp[0] if self.dscp else 0
 
 
+# HTB has 8 priorities, 0 (highest) to 7; the kernel clamps a higher `prio` to 7, which would
+# make the 8th and every later class round-robin peers instead of strictly ordered ones. The
+# plan gives the i-th class (from 0) prio i, so a profile has at most 8 classes.
+HTB_PRIORITIES = 8
+
+
 class TcProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     description: str = ""
-    classes: list[TrafficClass] = Field(min_length=1, max_length=16)
+    classes: list[TrafficClass] = Field(
+        min_length=1,
+        max_length=HTB_PRIORITIES,
+        description="from the highest priority to the lowest; at most 8 (HTB priorities 0–7)",
+    )
     default: str | None = Field(
         None, description="class for traffic no DSCP rule matches; the first class if unset"
     )
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _eight_priorities(cls, value: Any) -> Any:
+        if isinstance(value, list) and len(value) > HTB_PRIORITIES:
+            raise ValueError(
+                f"{len(value)} classes, but HTB has only {HTB_PRIORITIES} priorities (0–7), so "
+                f"the {HTB_PRIORITIES}th class and every later one would share priority 7 "
+                f"round-robin instead of strict priority; use at most {HTB_PRIORITIES} classes "
+                "(one class can take several DSCP values)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> TcProfile:

@@ -49,3 +49,37 @@ def test_bad_dscp(v):
 def test_inconsistent_profiles(classes, default, match):
     with pytest.raises(ValidationError, match=match):
         TcProfile.model_validate({"name": "p", "classes": classes, "default": default})
+
+
+def _classes(n: int) -> list[dict]:
+    return [{"name": f"c{i}", "dscp": [i + 1]} for i in range(n)]
+
+
+def test_eight_classes_fit_htb_priorities():
+    p = TcProfile.model_validate({"name": "p", "classes": _classes(8)})
+    assert len(p.classes) == 8
+
+
+def test_nine_classes_are_refused_htb_has_eight_priorities():
+    """The plan gives class i HTB prio i; the kernel clamps prio > 7 to 7, so a 9th class
+    would silently share priority 7 with the 8th, round-robin."""
+    with pytest.raises(ValidationError) as e:
+        TcProfile.model_validate({"name": "p", "classes": _classes(9)})
+    (err,) = e.value.errors()
+    assert err["loc"] == ("classes",)
+    assert "9 classes, but HTB has only 8 priorities (0–7)" in err["msg"]
+    assert "use at most 8 classes" in err["msg"]
+
+
+def test_nine_classes_in_a_scenario_name_the_field(tmp_path):
+    from testbed.errors import ScenarioError
+    from testbed.scenario import load_scenario
+
+    rows = "".join(f"  - {{name: c{i}, dscp: [{i + 1}]}}\n" for i in range(9))
+    (tmp_path / "nine.yaml").write_text(f"name: nine\nclasses:\n{rows}")
+    (tmp_path / "s.yaml").write_text("name: t\ntopology: {hosts: 2}\ntc_profile: nine.yaml\n")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(tmp_path / "s.yaml")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "tc_profile.classes: 9 classes, but HTB has only 8 priorities" in msg

@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,7 +134,7 @@ def test_json_schema_describes_fields():
     schema = json_schema()
     topo = schema["$defs"]["Topology"]["properties"]
     assert topo["hosts"]["minimum"] == 2
-    assert any("bit" in alt.get("pattern", "") for alt in topo["link_rate"]["anyOf"])
+    assert re.search(_string_pattern(schema, "topology.link_rate"), "100mbit")
     assert {"name", "topology", "tc_profile", "workloads"} <= set(schema["properties"])
     assert schema["required"] == ["name", "topology"]
 
@@ -173,3 +174,180 @@ def test_cli_schema_is_json():
     r = _cli("schema")
     assert r.returncode == 0
     assert json.loads(r.stdout)["title"] == "testbed scenario"
+
+
+# YAML 1.1 booleans: PyYAML (what `testbed up` loads with) reads unquoted on/off/yes/no/true/false
+# as booleans, so `prometheus: off` arrives as False.
+
+
+def _scenario_file(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\ntopology: {hosts: 2}\n" + text)
+    return p
+
+
+@pytest.mark.parametrize("word", ["off", "Off", "OFF", "no", "false"])
+def test_prometheus_off_unquoted_means_off(tmp_path, word):
+    s = load_scenario(_scenario_file(tmp_path, f"metrics:\n  prometheus: {word}\n"))
+    assert s.metrics.prometheus == "off"
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("metrics: {prometheus: off}\n", "off"),
+        ("metrics: {prometheus: 'off'}\n", "off"),
+        ("metrics: {prometheus: embedded}\n", "embedded"),
+        ("metrics: {prometheus: external, file_sd_dir: d}\n", "external"),
+    ],
+)
+def test_prometheus_flow_style_and_quoted(tmp_path, text, mode):
+    assert load_scenario(_scenario_file(tmp_path, text)).metrics.prometheus == mode
+
+
+@pytest.mark.parametrize("word", ["on", "yes", "true"])
+def test_prometheus_on_is_refused_with_the_choices(tmp_path, word):
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(_scenario_file(tmp_path, f"metrics: {{prometheus: {word}}}\n"))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "metrics.prometheus: got true (YAML reads an unquoted on, yes or true" in msg
+    assert "write embedded, external or off" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "runtime: no\n",
+            "runtime: must be one of 'netns' or 'docker', got false (YAML reads an unquoted "
+            "off, no or false as a boolean)",
+        ),
+        (
+            "workloads: {linkcheck: {pattern: on}}\n",
+            "workloads.linkcheck.pattern: must be one of 'ring', 'single', 'incast' or 'outcast', "
+            "got true (YAML reads",
+        ),
+        (
+            "tc_profile: {name: p, classes: [{name: a, dscp: [EF]}, {name: off}], default: off}\n",
+            "tc_profile.classes[1].name: must be a string, got false (YAML reads an unquoted off, "
+            "no or false as a boolean); write the word in quotes: 'off', 'no' or 'false'",
+        ),
+    ],
+)
+def test_yaml_booleans_in_string_fields_are_explained(tmp_path, text, expected):
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(_scenario_file(tmp_path, text))
+    assert "\n" not in str(e.value)
+    assert expected in str(e.value)
+
+
+def test_quoted_off_is_a_class_name(tmp_path):
+    s = load_scenario(
+        _scenario_file(
+            tmp_path,
+            "tc_profile: {name: p, classes: [{name: a, dscp: [EF]}, {name: 'off'}], default: 'off'}\n",
+        )
+    )
+    assert s.tc_profile.class_names == ["a", "off"]
+
+
+# Units: the scenario reads every spelling the unit parser reads (any case), and the JSON Schema
+# that `testbed schema` publishes accepts exactly those.
+
+UNIT_CASES = [
+    # (where, YAML value, attribute path, value by hand)
+    ("topology.link_rate", "10Gbit", 10_000_000_000),
+    ("topology.link_rate", "10gbit", 10_000_000_000),
+    ("topology.link_rate", "10GBIT", 10_000_000_000),
+    ("topology.link_rate", "1.5Mbit", 1_500_000),
+    ("topology.link_rate", "100mbit/s", 100_000_000),
+    ("topology.link_rate", "2.5 Gbit/s", 2_500_000_000),
+    ("topology.link_rate", "64Kbit", 64_000),
+    ("topology.link_rate", "1e9", 1_000_000_000),  # YAML 1.1 reads 1e9 as a string
+    ("topology.link_rate", "'250000000'", 250_000_000),
+    ("workloads.linkcheck.short_size", "64kb", 64_000),
+    ("workloads.linkcheck.short_size", "64KB", 64_000),
+    ("workloads.linkcheck.short_size", "64Kb", 64_000),
+    ("workloads.linkcheck.short_size", "2kib", 2_048),
+    ("workloads.linkcheck.short_size", "1.5MB", 1_500_000),
+    ("workloads.linkcheck.short_size", "1500b", 1_500),
+    ("workloads.linkcheck.short_size", "'1500'", 1_500),
+    ("workloads.horovod.fusion_threshold", "6.28mb", 6_280_000),
+    ("workloads.horovod.fusion_threshold", "1MiB", 1_048_576),
+    ("topology.delay", "2MS", 0.002),
+    ("topology.delay", "10US", 0.000_01),
+    ("topology.delay", "10µs", 0.000_01),
+    ("topology.loss", "0.5 %", 0.5),
+    ("duration", "2M", 120.0),
+    ("duration", "1Min", 60.0),
+]
+
+
+def _with(where: str, value: str) -> str:
+    """A scenario file with one field set, as YAML text."""
+    parts = where.split(".")
+    body = value
+    for key in reversed(parts):
+        body = f"{{{key}: {body}}}"
+    data = yaml.safe_load(body)
+    base = {"name": "t", "topology": {"hosts": 2, "delay": "20ms"}, "duration": "10m"}
+    for key, sub in data.items():
+        base[key] = {**base.get(key, {}), **sub} if isinstance(sub, dict) else sub
+    return yaml.safe_dump(base)
+
+
+def _get(s, where: str):
+    for key in where.split("."):
+        s = getattr(s, key)
+    return s
+
+
+@pytest.mark.parametrize(("where", "value", "expected"), UNIT_CASES)
+def test_unit_spellings_through_a_scenario_file(tmp_path, where, value, expected):
+    p = tmp_path / "s.yaml"
+    p.write_text(_with(where, value))
+    assert _get(load_scenario(p), where) == pytest.approx(expected, rel=1e-12)
+
+
+def _string_pattern(schema: dict, where: str) -> str:
+    defs = schema["$defs"]
+    node = schema
+    for key in where.split("."):
+        prop = node["properties"][key]
+        if "$ref" in prop or ("anyOf" in prop and "$ref" in prop["anyOf"][0]):
+            ref = prop.get("$ref") or prop["anyOf"][0]["$ref"]
+            node = defs[ref.rsplit("/", 1)[1]]
+        else:
+            node = prop
+    return next(alt["pattern"] for alt in node["anyOf"] if alt.get("type") == "string")
+
+
+@pytest.mark.parametrize(("where", "value", "expected"), UNIT_CASES)
+def test_json_schema_accepts_what_the_parser_reads(where, value, expected):
+    pattern = _string_pattern(json_schema(), where)
+    text = yaml.safe_load(value)
+    if isinstance(text, str):
+        assert re.search(pattern, text), (where, text, pattern)
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "expected"),
+    [
+        ("topology.link_rate", "10 parsecs", "'10 parsecs': unknown rate unit 'parsecs'; write e.g. 100mbit"),
+        ("topology.link_rate", "10mbps", "'10mbps': 'bps' units are ambiguous"),
+        ("topology.link_rate", "10ps", "'10ps': unknown rate unit 'ps'"),
+        ("topology.link_rate", "-5mbit", "'-5mbit': a rate cannot be negative"),
+        ("topology.link_rate", "fast", "cannot read 'fast' as a rate (e.g. 100mbit, 10Gbit)"),
+        ("workloads.linkcheck.short_size", "10 parsecs", "'10 parsecs': unknown size unit 'parsecs'; write e.g. 1500B"),
+        ("topology.delay", "10 parsecs", "'10 parsecs': unknown time unit 'parsecs'; write e.g. 10us"),
+    ],
+)  # fmt: skip
+def test_unit_garbage_is_refused_naming_the_field(tmp_path, where, value, expected):
+    p = tmp_path / "s.yaml"
+    p.write_text(_with(where, value))
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(p)
+    assert "\n" not in str(e.value)
+    assert f"s.yaml: {where}: {expected}" in str(e.value)
+    assert not re.search(_string_pattern(json_schema(), where), value)
