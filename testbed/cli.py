@@ -3,6 +3,7 @@ failure, 130 interrupted. Errors print as one line, never as a traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -642,13 +643,14 @@ def down(force: bool) -> None:
     from testbed.preflight import require_root
     from testbed.runtime.base import teardown
     from testbed.runtime.netns import NETNS_DIR
-    from testbed.state import all_states
+    from testbed.state import RunLock, RunState, all_states
 
     require_root("testbed down")
     states = all_states()
     cleaned = 0
     failed = False
     for st in states:
+        lock = RunLock(st.run_id)
         if st.alive():
             if not force:
                 click.echo(
@@ -658,24 +660,43 @@ def down(force: bool) -> None:
             click.echo(
                 f"run {st.run_id} is live: sending SIGTERM to pid {st.pid} and waiting for its teardown"
             )
-            os.kill(st.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while st.alive() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        problems = teardown(st)
-        if problems:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(st.pid, signal.SIGTERM)
+        elif lock.held_elsewhere():
+            click.echo(f"run {st.run_id} is being torn down by its guardian; waiting for it")
+        # whoever holds the lock is tearing the run down: never a second teardown beside it
+        if not lock.acquire(timeout=60):
+            click.echo(
+                f"run {st.run_id}: still being torn down after 60 s; left alone, try again",
+                err=True,
+            )
             failed = True
-            for p in problems:
-                click.echo(f"run {st.run_id}: {p}", err=True)
             continue
-        st.remove()
-        cleaned += 1
-        containers = sum(1 for o in st.objects if o["kind"] == "container")
-        click.echo(
-            f"removed run {st.run_id} ({st.scenario}): {len(st.namespaces())} namespaces, "
-            f"{sum(1 for o in st.objects if o['kind'] == 'link')} host-side links"
-            + (f", {containers} containers" if containers else "")
-        )
+        try:
+            try:
+                now = RunState.load(st.path)
+            except (OSError, ValueError, TypeError):
+                click.echo(f"run {st.run_id} ({st.scenario}) was torn down by its own process")
+                cleaned += 1
+                continue
+            if not now.same_run(st) or now.alive():
+                continue  # the id names another run now, or its owner lives after all
+            problems = teardown(now)
+            if problems:
+                failed = True
+                for p in problems:
+                    click.echo(f"run {st.run_id}: {p}", err=True)
+                continue
+            now.remove()
+            cleaned += 1
+            containers = sum(1 for o in now.objects if o["kind"] == "container")
+            click.echo(
+                f"removed run {now.run_id} ({now.scenario}): {len(now.namespaces())} namespaces, "
+                f"{sum(1 for o in now.objects if o['kind'] == 'link')} host-side links"
+                + (f", {containers} containers" if containers else "")
+            )
+        finally:
+            lock.release(unlink=not st.path.exists())
     # Containers carry their run id: a run whose state file is gone still has its containers
     # found (and only those labelled by testbed).
     if os.environ.get("DOCKER_HOST") or os.path.exists("/var/run/docker.sock"):
@@ -691,7 +712,7 @@ def down(force: bool) -> None:
                 f"removed {len(names)} container(s) of run {rid} found by label: {' '.join(sorted(names))}"
             )
     recorded = {ns for st in all_states() for ns in st.namespaces()}
-    pattern = re.compile(r"^tb-[0-9a-f]{6}-(sw|h\d+)$")
+    pattern = re.compile(r"^tb-[0-9a-f]{6}-(sw|h\d+|probe)$")
     strays = (
         sorted(
             p.name
@@ -718,7 +739,7 @@ def down(force: bool) -> None:
 @_friendly
 def status() -> None:
     """List runs that exist on this machine (live, or dead and awaiting `testbed down`)."""
-    from testbed.state import all_states
+    from testbed.state import RunLock, all_states
 
     states = all_states()
     if not states:
@@ -730,12 +751,17 @@ def status() -> None:
     ):  # fmt: skip
         t.add_column(col)
     for st in states:
-        alive = st.alive()
+        if st.alive():
+            state = "[green]live[/]"
+        elif RunLock(st.run_id).held_elsewhere():
+            state = "[yellow]dead[/], its guardian is tearing it down"
+        else:
+            state = "[red]dead[/] (testbed down)"
         t.add_row(
             st.run_id,
             st.scenario,
             st.runtime,
-            "[green]live[/]" if alive else "[red]dead[/] (testbed down)",
+            state,
             st.phase,
             str(st.pid),
             time.strftime("%H:%M:%S", time.localtime(st.started_at)),

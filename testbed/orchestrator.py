@@ -1,8 +1,10 @@
-"""The life cycle of one run: preflight → build → shape → start → run → collect → tear down.
+"""The life cycle of one run: claim → preflight → build → shape → start → run → collect →
+tear down.
 
-Teardown runs on every exit path (success, failure, Ctrl-C, SIGTERM), with those signals
-ignored while it works, so a second Ctrl-C cannot leave half a network behind. A run killed
-with SIGKILL leaves its state file; `testbed down` finishes the job.
+Teardown runs on every exit path (success, failure, Ctrl-C, SIGTERM, SIGHUP), with those
+signals ignored while it works, so a second Ctrl-C cannot leave half a network behind. A run
+killed with SIGKILL is torn down by its guardian (guardian.py); if even that fails, the state
+file stays and `testbed down` finishes the job.
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import signal
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +29,8 @@ from testbed.scenario import Scenario, dump_scenario
 from testbed.shaping.apply import apply_plan
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.shaping.stats import class_counters
-from testbed.state import RunState, all_states, proc_start_time
+from testbed.state import RunLock, RunState, all_states, claiming
+from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
 from testbed.topology import TopologyPlan, names_for, new_run_id, single_tor, valid_run_id
 from testbed.window import Window
 from testbed.workloads.linkcheck import Linkcheck
@@ -37,14 +39,6 @@ log = logging.getLogger("testbed")
 START_MARGIN_S = 0.25  # between "go" and t0: every waiting process polls its go file at 100 Hz
 READY_TIMEOUT_S = 180.0  # imports and Horovod's rendezvous on a busy 2-core machine
 POLL_S = 0.5
-
-
-class Interrupted(BaseException):
-    """SIGINT/SIGTERM during a run; BaseException so no `except Exception` swallows it."""
-
-    def __init__(self, signame: str) -> None:
-        super().__init__(signame)
-        self.signame = signame
 
 
 class Workload(Protocol):
@@ -89,10 +83,15 @@ def default_run_dir(s: Scenario, run_id: str) -> Path:
 
 
 def check_run_id(run_id: str) -> None:
+    """Refuse an id whose names exist (namespaces, the management bridge) or whose state file
+    another run holds. Call under `claiming()`; the state file's exclusive creation is what
+    finally decides."""
     if not valid_run_id(run_id):
         raise ScenarioError(f"--run-id: {run_id!r} must be 6 lowercase hex digits, e.g. 3fa9c1")
     n = names_for(run_id)
-    held = [st.run_id for st in all_states() if st.run_id == run_id]
+    held = [f"state of run {st.run_id}" for st in all_states() if st.run_id == run_id]
+    if RunLock(run_id).held_elsewhere():
+        held.append(f"lock of run {run_id}")
     held += [p.name for p in NETNS_DIR.glob(f"{n['prefix']}*")] if NETNS_DIR.is_dir() else []
     if Path(f"/sys/class/net/{n['mgmt_bridge']}").exists():
         held.append(n["mgmt_bridge"])
@@ -103,45 +102,92 @@ def check_run_id(run_id: str) -> None:
         )
 
 
-class StopFlag:
-    """SIGINT/SIGTERM only set a flag; the run raises Interrupted at its next checkpoint.
+class Claim:
+    """A run id this process owns: its state file (created exclusively), the lock on it, and
+    the guardian that tears the run down should this process die first."""
 
-    Raising from the handler itself could land inside pyroute2's asyncio event loop in the
-    middle of a netlink call, and teardown's own netlink calls could then hang on the
-    broken loop. Checkpoints sit between phases and on every tick of the running phase, so a
-    stop takes effect within about half a second once the network is up."""
+    def __init__(self, state: RunState, lock: RunLock, run_dir: Path) -> None:
+        self.state, self.lock, self.run_dir = state, lock, run_dir
+        self.guardian: subprocess.Popen[bytes] | None = None
 
-    def __init__(self) -> None:
-        self.signame: str | None = None
+    def start_guardian(self) -> None:
+        self.guardian = subprocess.Popen(
+            [sys.executable, "-m", "testbed.guardian", self.state.run_id,
+             str(self.state.pid), str(self.state.pid_start)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not in the terminal's process group: Ctrl-C misses it
+        )  # fmt: skip
+        self.state.guardian_pid = self.guardian.pid
+        self.state.save()
 
-    def check(self) -> None:
-        if self.signame is not None:
-            raise Interrupted(self.signame)
+    def release(self) -> None:
+        """The end of the run in this process: whatever is still recorded is torn down (a
+        failure before the network phase can leave the probe's record), the state file goes
+        when nothing is left, then the lock; the guardian, finding no state, exits."""
+        st = self.state
+        if st.path.exists():
+            problems = teardown(st) if st.objects else []
+            if problems:
+                for p in problems:
+                    log.error("teardown: %s", p)
+            else:
+                st.remove()
+        self.lock.release(unlink=not st.path.exists())
+        if self.guardian is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.guardian.wait(timeout=5)
 
 
-@contextmanager
-def _signals_flag() -> Iterator[StopFlag]:
-    flag = StopFlag()
-
-    def handler(signum: int, _frame: object) -> None:
-        flag.signame = signal.Signals(signum).name
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+def claim(s: Scenario, run_id: str | None, out: Path | None) -> tuple[Scenario, Claim]:
+    """Take a run id (the given one, or a fresh random one) and the management prefix,
+    atomically with respect to other `up`s on this machine, and start the run's guardian.
+    Returns the scenario with the prefixes it will use."""
+    with claiming():
+        given = run_id is not None
+        for _ in range(100):
+            rid = run_id if given else new_run_id()
+            assert rid is not None
+            try:
+                check_run_id(rid)
+            except ScenarioError:
+                if given:
+                    raise
+                continue
+            lock = RunLock(rid)
+            if not lock.acquire(0):
+                if given:
+                    raise ScenarioError(
+                        f"--run-id: run {rid} is held by another process; pick another id"
+                    )
+                continue
+            try:
+                s = preflight.check_prefixes(s)
+                run_dir = out or default_run_dir(s, rid)
+                state = RunState(
+                    run_id=rid,
+                    scenario=s.name,
+                    out_dir=str(run_dir.resolve()),
+                    runtime=s.runtime,
+                    root_prefixes=[str(s.topology.management_prefix)],
+                )
+                if not state.create():
+                    raise ScenarioError(
+                        f"--run-id: run {rid} has a state file already; "
+                        "pick another id, or run `testbed down` if that run is dead"
+                    )
+            except BaseException:
+                lock.release()
+                raise
+            break
+        else:
+            raise ScenarioError("--run-id: no free run id found; run `testbed down`")
+    c = Claim(state, lock, run_dir)
     try:
-        yield flag
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        c.start_guardian()
+    except BaseException:
+        c.release()
+        raise
+    return s, c
 
 
 def _attach_log(run_dir: Path) -> logging.Handler:
@@ -153,52 +199,50 @@ def _attach_log(run_dir: Path) -> logging.Handler:
     return h
 
 
-def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario, str, Path]:
-    """Every check that can refuse the run, before anything exists. Returns the scenario with
-    the prefixes it will use, the run id and the run folder."""
+def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario, Claim]:
+    """Every check that can refuse the run, then the claim of its id and prefixes. Nothing
+    but the claim (state file, lock, guardian) exists afterwards; `Claim.release` ends it."""
     preflight.require_root("testbed up")
     preflight.require_binaries()
-    if run_id is None:
-        run_id = new_run_id()
-        while True:
-            try:
-                check_run_id(run_id)
-                break
-            except ScenarioError:
-                run_id = new_run_id()
-    else:
-        check_run_id(run_id)
-    s = preflight.check_prefixes(s)
-    run_dir = out or default_run_dir(s, run_id)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise ScenarioError(f"--out: {run_dir} exists and is not empty; choose a new folder")
-    return s, run_id, run_dir
+    if run_id is not None and not valid_run_id(run_id):
+        check_run_id(run_id)  # raises with the format
+    if out is not None and out.exists() and any(out.iterdir()):
+        raise ScenarioError(f"--out: {out} exists and is not empty; choose a new folder")
+    return claim(s, run_id, out)
 
 
 def run(
     s: Scenario, out: Path | None = None, run_id: str | None = None, ui: UI | None = None
 ) -> RunResult:
     ui = ui or QuietUI()
-    s, run_id, run_dir = prepare(s, out, run_id)
+    with signals_flag() as stop:
+        s, c = prepare(s, out, run_id)
+        try:
+            return _claimed(s, c, ui, stop)
+        finally:
+            with signals_ignored():
+                c.release()
+
+
+def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag) -> RunResult:
+    state, run_id, run_dir = c.state, c.state.run_id, c.run_dir
     image = node_image(s, run_id, ui)
+    stop.check()
     ui.phase("probing kernel")
-    caps = preflight.kernel_capabilities()
+    state.set_phase("probing kernel")
+    caps = preflight.kernel_capabilities(state)
+    stop.check()
     warnings: list[str] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.yaml").write_text(dump_scenario(s))
     handler = _attach_log(run_dir)
     result = RunResult(run_dir, run_id)
-    state = RunState(
-        run_id=run_id, scenario=s.name, out_dir=str(run_dir.resolve()), runtime=s.runtime
-    )
-    state.save()
     log.info("run %s of scenario %s → %s", run_id, s.name, run_dir)
     status, error = "ok", None
     try:
-        with _signals_flag() as stop:
-            result.summary = _live(
-                s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image
-            )
+        result.summary = _live(
+            s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image
+        )
     except Interrupted as e:
         status, error = "interrupted", f"stopped by {e.signame}"
         log.warning("run %s: %s; tearing down", run_id, error)
@@ -209,7 +253,7 @@ def run(
         status, error = "failed", f"{type(e).__name__}: {e}"
         log.exception("run %s failed unexpectedly", run_id)
     finally:
-        with _signals_ignored():
+        with signals_ignored():
             ui.phase("tearing down")
             state.set_phase("tearing down")
             t0 = time.monotonic()
@@ -299,11 +343,7 @@ def _live(
         workloads = make_workloads(s, topo, rt, run_dir.resolve())
         metrics = MetricsSession(s, topo, run_dir, run_id)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
-        metrics.start({w.name: w.targets() for w in workloads})
-        state.record(
-            *({"kind": "process", "name": name, "pid": pid, "start": proc_start_time(pid)}
-              for name, pid in metrics.processes())
-        )  # fmt: skip
+        metrics.start({w.name: w.targets() for w in workloads}, state.record)
         stop.check()
         state.set_phase("starting workloads")
         for w in workloads:
@@ -352,12 +392,19 @@ def _live(
         summary["metrics"] = metrics.section(summary)
         return summary
     finally:
+        # each part stops even when another fails: the netlink sockets close whatever happens
         for w in workloads:
-            with contextlib.suppress(Exception):
+            try:
                 w.stop()
-        if metrics is not None:
-            metrics.stop()
-        rt.close()
+            except Exception:
+                log.exception("stopping %s failed", w.name)
+        try:
+            if metrics is not None:
+                metrics.stop()
+        except Exception:
+            log.exception("stopping metrics failed")
+        finally:
+            rt.close()
 
 
 def node_image(s: Scenario, run_id: str, ui: UI) -> str | None:
@@ -389,7 +436,12 @@ def node_image(s: Scenario, run_id: str, ui: UI) -> str | None:
                     "testbed's node image"
                 ) from None
             return s.docker.image
-        return ensure_node_image(engine, build=s.docker.build, progress=ui.phase)
+
+        def progress(line: str) -> None:
+            checkpoint()  # a build takes minutes: Ctrl-C must not wait for it
+            ui.phase(line)
+
+        return ensure_node_image(engine, build=s.docker.build, progress=progress)
     finally:
         engine.close()
 

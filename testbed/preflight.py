@@ -13,11 +13,14 @@ from pyroute2 import IPRoute
 from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.scenario import Scenario
 from testbed.shaping.probe import HOW, Capabilities, probe
-from testbed.state import all_states
+from testbed.state import RunState, all_states
 
 log = logging.getLogger(__name__)
 
-BINARIES = {"nsenter": "util-linux (apt-get install util-linux)"}
+BINARIES = {
+    "nsenter": "util-linux (apt-get install util-linux)",
+    "setpriv": "util-linux (apt-get install util-linux)",
+}
 
 
 def require_root(action: str) -> None:
@@ -33,9 +36,16 @@ def require_binaries() -> None:
             raise EnvironmentProblem(f"the {name} binary is missing; install {pkg}")
 
 
-def kernel_capabilities() -> Capabilities:
-    """Probe the kernel; raise on a missing required feature."""
-    caps = probe()
+def kernel_capabilities(state: RunState | None = None) -> Capabilities:
+    """Probe the kernel; raise on a missing required feature. With a run's `state`, the
+    probe's namespace is recorded there while it exists."""
+    if state is None:
+        caps = probe()
+    else:
+        obj = {"kind": "netns", "name": f"tb-{state.run_id}-probe"}
+        state.record(obj)
+        caps = probe(obj["name"])
+        state.forget(obj)
     missing = caps.missing_required()
     if missing:
         raise EnvironmentProblem(
@@ -83,7 +93,14 @@ def check_prefixes(s: Scenario) -> Scenario:
     ...), so two runs at once, or a run beside another tool's 10.10/16, need no editing. The
     returned scenario carries the prefixes actually used; the run's scenario.yaml records them."""
     routes = host_routes()
-    live = {st.run_id for st in all_states() if st.alive()}
+    states = all_states()
+    live = {st.run_id for st in states if st.alive()}
+    # prefixes other runs have claimed but may not have built yet (their bridge is not up)
+    routes += [
+        (ipaddress.IPv4Network(p), f"prefix of run {st.run_id} (tb{st.run_id})")
+        for st in states
+        for p in st.root_prefixes
+    ]
     chosen: dict[str, ipaddress.IPv4Network] = {}
     for field in ("prefix", "management_prefix"):
         net: ipaddress.IPv4Network = getattr(s.topology, field)

@@ -22,15 +22,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from testbed.errors import EnvironmentProblem, RunFailure
-from testbed.runtime.netns import die_with_parent
+from testbed.state import proc_start_time
+from testbed.stopping import checkpoint
 
 log = logging.getLogger(__name__)
+READY_TIMEOUT_S = 30.0
 
 
 def targets_doc(targets: dict[str, list[str]], labels: dict[str, str]) -> list[dict[str, Any]]:
@@ -68,7 +71,9 @@ def _free_port() -> int:
 class Prometheus:
     """An embedded Prometheus server for one run."""
 
-    def __init__(self, run_dir: Path, scrape_interval: float) -> None:
+    def __init__(
+        self, run_dir: Path, scrape_interval: float, record: Callable[[dict[str, Any]], None]
+    ) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             raise EnvironmentProblem(
@@ -86,17 +91,21 @@ class Prometheus:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(run_dir / "prometheus.log", "ab")  # noqa: SIM115 - closed in stop()
+        # setpriv: Prometheus dies with the orchestrator (PDEATHSIG), even by kill -9
         self.proc = subprocess.Popen(
-            [binary, f"--config.file={self.config_file}", f"--storage.tsdb.path={self.dir}",
+            ["setpriv", "--pdeathsig", "KILL", "--",
+             binary, f"--config.file={self.config_file}", f"--storage.tsdb.path={self.dir}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
              "--storage.tsdb.retention.time=10y"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent,
         )  # fmt: skip
+        # recorded at once, not once ready: a failed readiness wait must not orphan it
+        record({"kind": "process", "name": "prometheus", "pid": self.proc.pid,
+                "start": proc_start_time(self.proc.pid)})  # fmt: skip
         self._wait_ready()
 
-    def _wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RunFailure(
@@ -108,8 +117,11 @@ class Prometheus:
                         return
             except (urllib.error.URLError, OSError):
                 pass
+            checkpoint()
             time.sleep(0.2)
-        raise RunFailure("prometheus did not become ready within 30 s; see prometheus.log")
+        raise RunFailure(
+            f"prometheus did not become ready within {READY_TIMEOUT_S:.0f} s; see prometheus.log"
+        )
 
     def set_targets(self, targets: dict[str, list[str]], labels: dict[str, str]) -> None:
         tmp = self.targets_file.with_suffix(".tmp")
@@ -133,6 +145,7 @@ class Prometheus:
                 targets = []
             if targets and all(_epoch(t.get("lastScrape", "")) > after for t in targets):
                 return True
+            checkpoint()
             time.sleep(0.1)
         return False
 
@@ -140,7 +153,7 @@ class Prometheus:
         if self.proc.poll() is None:
             self.proc.terminate()  # Prometheus flushes its head block and WAL on SIGTERM
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=8)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -203,8 +216,15 @@ def scalar(url: str, promql: str) -> float | None:
 
 
 def cross_check(url: str, run_id: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """Compare counts in summary.json with the last values Prometheus scraped."""
+    """Compare counts in summary.json with what Prometheus scraped during the run.
+
+    Every query is a range function over the whole run (`*_over_time[R]`), never an instant
+    selector: once an exporter stops, Prometheus marks its series stale and an instant query
+    finds nothing, although every sample is stored. R reaches back past the run's start."""
     sel = f'run_id="{run_id}"'
+    started = summary.get("started_at")
+    span = time.time() - started if isinstance(started, (int, float)) else 3600.0
+    rng = f"{max(60, int(span) + 300)}s"  # setup before t0 included, with room to spare
     checks: list[dict[str, Any]] = []
 
     def compare(what: str, promql: str, expected: float | None) -> None:
@@ -226,26 +246,27 @@ def cross_check(url: str, run_id: str, summary: dict[str, Any]) -> dict[str, Any
         for worker, n in h["iterations_per_worker"].items():
             compare(
                 f"iterations of {worker}",
-                f'max_over_time(testbed_iterations_total{{{sel},worker="{worker}"}}[1h])',
+                f'max_over_time(testbed_iterations_total{{{sel},worker="{worker}"}}[{rng}])',
                 n,
             )
     w = summary.get("websearch")
     if w:
         compare(
             "flows started",
-            f"sum(max_over_time(testbed_flows_started_total{{{sel}}}[1h]))",
+            f"sum(max_over_time(testbed_flows_started_total{{{sel}}}[{rng}]))",
             w["flows_started"],
         )
         compare(
             "flows completed",
-            f"sum(max_over_time(testbed_flows_completed_total{{{sel}}}[1h]))",
+            f"sum(max_over_time(testbed_flows_completed_total{{{sel}}}[{rng}]))",
             w["flows_completed"],
         )
     links = summary.get("links") or []
     if links:
         compare(
             "link directions exported",
-            f"count(count by (node, direction) (testbed_qdisc_bytes_total{{{sel}}}))",
+            "count(count by (node, direction) "
+            f"(max_over_time(testbed_qdisc_bytes_total{{{sel}}}[{rng}])))",
             len(links),
         )
     bad = [c for c in checks if not c["agree"]]

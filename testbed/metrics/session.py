@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,26 +38,26 @@ class MetricsSession:
     def enabled(self) -> bool:
         return self.cfg.prometheus != "off"
 
-    def start(self, workload_targets: dict[str, list[str]]) -> None:
+    def start(
+        self, workload_targets: dict[str, list[str]], record: Callable[[dict[str, Any]], None]
+    ) -> None:
+        """`record` writes an object to the state file; it is called before each object this
+        session creates outside the run folder exists (the Prometheus process, the file_sd
+        file), so a run killed at any moment leaves neither behind."""
         if not self.enabled:
             return
         self.collector, self.server, port = orchestrator_exporter(str(self.topo.mgmt_bridge_ip))
         self.targets = {"orchestrator": [f"{self.topo.mgmt_bridge_ip}:{port}"], **workload_targets}
         labels = {"run_id": self.run_id, "scenario": self.s.name}
         if self.cfg.prometheus == "embedded":
-            self.sink = Prometheus(self.run_dir, self.cfg.scrape_interval)
+            self.sink = Prometheus(self.run_dir, self.cfg.scrape_interval, record)
         else:
             self.sink = ExternalTargets(Path(self.cfg.file_sd_dir or ""), self.run_id, self.cfg.url)
+            record({"kind": "file", "path": str(self.sink.path)})
         self.sink.set_targets(self.targets, labels)
         n = sum(len(v) for v in self.targets.values())
         where = self.sink.url if isinstance(self.sink, Prometheus) else self.sink.path
         log.info("metrics: %d scrape targets every %.1f s → %s", n, self.cfg.scrape_interval, where)
-
-    def processes(self) -> list[tuple[str, int]]:
-        """Processes this session started outside the node namespaces (for the state file)."""
-        if isinstance(self.sink, Prometheus):
-            return [("prometheus", self.sink.proc.pid)]
-        return []
 
     def update(
         self, plans: list[InterfacePlan], snap: tuple[float, list[dict[str, dict[str, int]]]]
@@ -116,12 +117,17 @@ class MetricsSession:
         return out
 
     def stop(self) -> None:
-        if self.sink is not None:
-            self.sink.stop()
-            self.sink = None
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-        if not self._links.closed:
-            self._links.close()
+        """Idempotent; each part is stopped even when another fails."""
+        try:
+            if self.sink is not None:
+                sink, self.sink = self.sink, None
+                sink.stop()
+        finally:
+            try:
+                if self.server is not None:
+                    server, self.server = self.server, None
+                    server.shutdown()
+                    server.server_close()
+            finally:
+                if not self._links.closed:
+                    self._links.close()

@@ -120,11 +120,17 @@ def make_runtime(
 
 
 def teardown(state: RunState) -> list[str]:
-    """Delete what `state` records, on the runtime it records; return problems (empty: clean)."""
+    """Delete what `state` records, on the runtime it records, then the files it recorded
+    (an external Prometheus' file_sd entry); return problems (empty: clean)."""
     if state.runtime == "docker":
-        from testbed.runtime.docker import teardown as docker_teardown
-
-        return docker_teardown(state)
-    from testbed.runtime.netns import teardown as netns_teardown
-
-    return netns_teardown(state)
+        from testbed.runtime.docker import teardown as runtime_teardown
+    else:
+        from testbed.runtime.netns import teardown as runtime_teardown
+    problems = runtime_teardown(state)
+    for obj in state.objects:
+        if obj["kind"] == "file":
+            try:
+                Path(obj["path"]).unlink(missing_ok=True)
+            except OSError as e:
+                problems.append(f"could not remove {obj['path']}: {e}")
+    return problems

@@ -30,11 +30,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from testbed.runtime.base import PolledProcess
+from testbed.stopping import checkpoint
 
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWNET = 0x40000000
@@ -252,8 +254,12 @@ class ForkServer:
     def wait_ready(self, timeout: float) -> None:
         from testbed.errors import RunFailure
 
+        deadline = time.monotonic() + timeout
         with self._cv:
-            self._cv.wait_for(lambda: self._ready is not None or not self.alive(), timeout)
+            # in short waits: the imports take seconds, and Ctrl-C must not wait for them
+            while self._ready is None and self.alive() and time.monotonic() < deadline:
+                self._cv.wait(0.2)
+                checkpoint()
             msg = self._ready
         if msg is None or "fatal" in msg:
             why = (msg or {}).get("fatal") or "it exited or did not answer in time"

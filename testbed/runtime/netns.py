@@ -10,7 +10,6 @@ fork and exec.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import itertools
 import logging
@@ -219,23 +218,7 @@ class NetnsRuntime:
         log_path: Path,
         env: Mapping[str, str] | None = None,
     ) -> NodeProcess:
-        """Start `argv` inside namespace `ns`, output to `log_path`. The child dies with us
-        (PDEATHSIG) and sits in its own session, so a terminal's Ctrl-C reaches only the
-        orchestrator, which then stops the workloads in order."""
-        cmd = ["nsenter", f"--net={NETNS_DIR / ns}", "--", *argv]
-        out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
-        try:
-            return NodePopen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
-        finally:
-            out.close()
+        return spawn_in_netns(NETNS_DIR / ns, argv, log_path, env)
 
     def spawn_python(
         self,
@@ -274,6 +257,29 @@ class NetnsRuntime:
         """A namespace cannot die by itself while the run holds it."""
 
 
+def spawn_in_netns(
+    path: Path, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+) -> NodePopen:
+    """Start `argv` in the network namespace at `path`, output to `log_path`. The child dies
+    with us (PDEATHSIG, set by setpriv: no Python runs between fork and exec, which a
+    preexec_fn would do, unsafely once the exporter threads run) and sits in its own session,
+    so a terminal's Ctrl-C reaches only the orchestrator, which then stops the workloads in
+    order. nsenter and the program keep the PDEATHSIG: neither changes credentials."""
+    cmd = ["setpriv", "--pdeathsig", "KILL", "--", "nsenter", f"--net={path}", "--", *argv]
+    out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        return NodePopen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    finally:
+        out.close()
+
+
 def run_in_netns(
     path: Path, argv: Sequence[str], timeout: float
 ) -> subprocess.CompletedProcess[str]:
@@ -302,15 +308,6 @@ class NodePopen(subprocess.Popen[bytes]):
     @property
     def exit_order(self) -> int:
         return self._order if self._order is not None else 1 << 62
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGKILL when the orchestrator dies, even by kill -9."""
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _ns_inode(path: Path) -> tuple[int, int] | None:
@@ -347,7 +344,6 @@ def kill_processes(namespaces: Sequence[str], grace_s: float = 3.0) -> int:
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            _reap()
             pids = [p for p in pids if process_running(p)]
             if not pids:
                 return 0
@@ -364,25 +360,16 @@ def kill_recorded(pid: int, start: int | None, grace_s: float = 10.0) -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while process_running(pid) and time.monotonic() < deadline:
-        _reap()
         time.sleep(0.05)
     if process_running(pid) and proc_start_time(pid) == start:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
 
-def _reap() -> None:
-    """Collect our own exited children so they stop showing up in /proc."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def process_running(pid: int) -> bool:
+    """Alive and not a zombie. A zombie has ended; whoever started it reaps it (Popen does for
+    its own), so nobody here waits on children that are not theirs (waitpid(-1) would steal
+    Popen's exit codes)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):

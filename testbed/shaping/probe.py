@@ -1,7 +1,9 @@
 """Ask the kernel what it can do before building anything.
 
 The only reliable test is to try: qdiscs may be built in or modules, and /proc/modules says
-nothing about built-ins. The probe works in a throwaway namespace it removes again.
+nothing about built-ins. The probe works in a throwaway namespace it removes again; a run
+names it after itself and records it first (`tb-<id>-probe`), so a run killed mid-probe
+leaves nothing its guardian or `testbed down` does not know of.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ class Capabilities:
         return [f for f in REQUIRED if f not in self.present]
 
 
-def probe() -> Capabilities:
-    name = f"tb-probe-{os.getpid()}"
+def probe(name: str | None = None) -> Capabilities:
+    name = name or f"tb-probe-{os.getpid()}"
     present: set[str] = set()
     create_netns(name)
     try:

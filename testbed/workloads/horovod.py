@@ -31,6 +31,7 @@ from testbed.metrics import describe
 from testbed.metrics.exporters import HOROVOD_PORT
 from testbed.runtime.base import NodeProcess, Runtime
 from testbed.scenario import HorovodWorkload, Scenario
+from testbed.stopping import checkpoint
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import derive
 from testbed.workloads.horovod_worker import FIELDS
@@ -236,6 +237,7 @@ class HorovodJob(Synchronised):
         while not all(d.exists() for d in done) and time.monotonic() < deadline:
             if any(p.poll() not in (None, 0) for _, p in self.procs):
                 break
+            checkpoint()
             time.sleep(0.05)
         late = [h.name for h, d in zip(self.hosts, done, strict=True) if not d.exists()]
         if late:

@@ -17,6 +17,7 @@ from testbed.errors import RunFailure
 from testbed.metrics import describe
 from testbed.runtime.base import NodeProcess, Runtime
 from testbed.scenario import LinkcheckWorkload, Scenario
+from testbed.stopping import checkpoint
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads.procs import Synchronised, present, stop_all
 
@@ -188,6 +189,7 @@ class Linkcheck(Synchronised):
         while not self.clients_done():
             if time.monotonic() > deadline:
                 raise RunFailure("linkcheck clients did not finish 30 s after the run ended")
+            checkpoint()
             time.sleep(0.1)
         self.check()
         self.stop()

@@ -71,7 +71,7 @@ def test_up_writes_the_run_folder_and_leaves_nothing(tmp_path):
     assert "goodput" in r.stdout and "run folder" in r.stdout
 
 
-def test_kill9_then_down_leaves_nothing(tmp_path):
+def test_live_run_holds_its_names_and_kill9_leaves_nothing(tmp_path):
     run_id = "c0ffee"
     proc = spawn_up(
         str(scenario(tmp_path, "120s")), "--out", str(tmp_path / "run"), "--run-id", run_id
@@ -124,11 +124,10 @@ def test_kill9_then_down_leaves_nothing(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert all(Path("/run/netns", n).exists() for n in namespaces), "kill -9 left nothing to clean?"
-    assert "dead" in run_cli("status").stdout
-    r = run_cli("down")
-    assert r.returncode == 0, r.stderr
-    assert f"removed run {run_id}" in r.stdout
+    # its guardian removes what the killed run had made (test_reliability covers `down`)
+    deadline = time.monotonic() + 15
+    while (STATE_DIR / f"{run_id}.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not any(Path("/run/netns", n).exists() for n in namespaces)
     assert not Path(f"/sys/class/net/tb{run_id}").exists()
     assert not (STATE_DIR / f"{run_id}.json").exists()

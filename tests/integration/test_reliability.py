@@ -1,0 +1,314 @@
+"""The run life cycle under faults: a killed orchestrator takes every process of its run with
+it and its guardian removes the rest; ids and prefixes are claimed atomically; every stop
+signal tears down; nothing is reaped from under its owner; the Prometheus cross-check does not
+depend on when it is asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.metrics import prometheus as prom
+from testbed.metrics.exporters import orchestrator_exporter
+from testbed.metrics.prometheus import Prometheus, cross_check
+from testbed.runtime.netns import NETNS_DIR, create_netns, kill_processes, pids_in, spawn_in_netns
+from testbed.state import STATE_DIR, RunState
+
+from .helpers import present_objects, run_cli, spawn_up
+from .test_lifecycle import scenario, wait_running
+
+HOROVOD = """\
+name: hvd
+duration: 120s
+measure: {{warmup: 1s, cooldown: 0s}}
+topology: {{hosts: 3, link_rate: 50mbit}}
+tc_profile: thesis-2band
+workloads:
+  horovod: {{model_size: 1MB, compute_time: 200ms, tc_class: low}}
+  websearch: {{arrival_rate: 0.5, tc_class: high}}
+metrics: {{prometheus: {metrics}{file_sd}}}
+"""
+
+
+def run_processes(st: RunState) -> list[int]:
+    """Every live process of the run: in its namespaces, or recorded in its state file, or a
+    fork server / Prometheus started for it (found by their command lines)."""
+    pids = pids_in([n for n in st.namespaces() if (NETNS_DIR / n).exists()])
+    for o in st.objects:
+        if o["kind"] == "process" and _running(o["pid"]):
+            pids.append(o["pid"])
+    return [p for p in pids if _running(p)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_gone(path: Path, timeout: float = 20) -> float:
+    t0 = time.monotonic()
+    while path.exists() and time.monotonic() - t0 < timeout:
+        time.sleep(0.05)
+    return time.monotonic() - t0
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus: install.sh")
+def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
+    """kill -9 of `up` during a Horovod + web-search run with Prometheus and an external file_sd
+    entry: the workers, generators, fork server and Prometheus die at once (PDEATHSIG), and the
+    guardian removes namespaces, bridge, file_sd file and state without `testbed down`."""
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    before = present_objects()
+    run_id = "4b1d00"
+    # embedded Prometheus in one run, an external file_sd entry in the other
+    for i, (mode, file_sd) in enumerate((("embedded", ""), ("external", f", file_sd_dir: {sd}"))):
+        rid = run_id[:-1] + str(i)
+        path = tmp_path / f"h{i}.yaml"
+        path.write_text(HOROVOD.format(metrics=mode, file_sd=file_sd))
+        proc = spawn_up(str(path), "--out", str(tmp_path / f"run{i}"), "--run-id", rid)
+        try:
+            st = wait_running(rid, proc, timeout=120)
+            time.sleep(2)
+            victims = run_processes(st)
+            assert len(victims) >= 6, victims  # 3 workers + 3 generators at least
+            if mode == "external":
+                assert (sd / f"testbed-{rid}.json").exists()
+                assert any(o["kind"] == "file" for o in st.objects)
+            else:
+                assert any(o.get("name") == "prometheus" for o in st.objects)
+            guardian = st.guardian_pid
+            assert guardian and _running(guardian)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        took = wait_gone(STATE_DIR / f"{rid}.json")
+        assert took < 15, f"the guardian did not finish within 15 s ({took:.1f} s)"
+        left = [p for p in victims if _running(p)]
+        assert not left, f"processes of the run outlived it: {left}"
+        assert not (sd / f"testbed-{rid}.json").exists(), "file_sd entry left for Prometheus"
+        assert not any(NETNS_DIR.glob(f"tb-{rid}-*"))
+        summary = json.loads((tmp_path / f"run{i}" / "summary.json").read_text())
+        assert summary["status"] == "killed" and "running" in summary["error"]
+        assert "guardian" in (tmp_path / f"run{i}" / "testbed.log").read_text()
+    assert present_objects() == before
+    r = run_cli("down")
+    assert r.returncode == 0 and "nothing to remove" in r.stdout
+
+
+def test_kill9_of_orchestrator_and_guardian_then_down(tmp_path):
+    """Should the guardian die too, the state file names everything and `down` removes it."""
+    run_id = "c0ffee"
+    proc = spawn_up(
+        str(scenario(tmp_path, "120s")), "--out", str(tmp_path / "run"), "--run-id", run_id
+    )
+    try:
+        st = wait_running(run_id, proc)
+        namespaces = st.namespaces()
+        assert st.guardian_pid is not None
+        os.kill(st.guardian_pid, signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    time.sleep(0.5)
+    assert all(Path("/run/netns", n).exists() for n in namespaces), "nothing left to clean?"
+    assert not pids_in(namespaces), "the node processes died with the orchestrator"
+    assert "dead" in run_cli("status").stdout
+    r = run_cli("down")
+    assert r.returncode == 0, r.stderr
+    assert f"removed run {run_id}" in r.stdout
+    assert not any(Path("/run/netns", n).exists() for n in namespaces)
+    assert not Path(f"/sys/class/net/tb{run_id}").exists()
+    assert not (STATE_DIR / f"{run_id}.json").exists()
+    assert not (STATE_DIR / f"{run_id}.lock").exists()
+    r = run_cli("down")
+    assert r.returncode == 0 and "nothing to remove" in r.stdout
+
+
+def test_same_run_id_twice_at_once_one_is_refused_the_other_intact(tmp_path):
+    """Two `up --run-id X` started together: exactly one runs; the other is refused before it
+    creates anything, and the one that runs completes with its namespaces intact."""
+    run_id = "d0d0d0"
+    procs = [
+        spawn_up(str(scenario(tmp_path, "4s", name=f"{i}.yaml")), "--out",
+                 str(tmp_path / f"r{i}"), "--run-id", run_id)
+        for i in range(2)
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], [(p.returncode, e) for p, (_, e) in zip(procs, outs, strict=True)]
+    loser = next(i for i, p in enumerate(procs) if p.returncode == 2)
+    winner = 1 - loser
+    assert "--run-id" in outs[loser][1] and "Traceback" not in outs[loser][1]
+    assert not (tmp_path / f"r{loser}").exists()
+    summary = json.loads((tmp_path / f"r{winner}" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["linkcheck"]["short"]["completed"] > 0
+
+
+def test_two_runs_at_once_on_default_prefixes_both_complete(tmp_path):
+    """Both choose their management prefix at the same moment: the claim serialises them, so
+    they get different prefixes and both complete."""
+    procs = [
+        spawn_up(str(scenario(tmp_path, "4s", name=f"{i}.yaml")), "--out", str(tmp_path / f"r{i}"))
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
+    mgmt = set()
+    for i in range(2):
+        text = (tmp_path / f"r{i}" / "scenario.yaml").read_text()
+        mgmt.add(next(x for x in text.splitlines() if "management_prefix" in x))
+        assert json.loads((tmp_path / f"r{i}" / "summary.json").read_text())["status"] == "ok"
+    assert len(mgmt) == 2, mgmt
+
+
+def test_sighup_tears_down(tmp_path):
+    """A dropped ssh session sends SIGHUP: the run tears down like on Ctrl-C."""
+    run_id = "0b0b01"
+    out = tmp_path / "run"
+    proc = spawn_up(str(scenario(tmp_path, "120s")), "--out", str(out), "--run-id", run_id)
+    try:
+        st = wait_running(run_id, proc)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert not any(Path("/run/netns", n).exists() for n in st.namespaces())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and "SIGHUP" in summary["error"]
+
+
+def test_down_force_waits_for_the_runs_own_teardown(tmp_path):
+    """`down --force` on a live run stops it and waits on its lock: the run's own teardown is
+    never doubled, the run exits as interrupted, and nothing is left."""
+    run_id = "f0ace0"
+    before = present_objects()
+    proc = spawn_up(
+        str(scenario(tmp_path, "120s")), "--out", str(tmp_path / "run"), "--run-id", run_id
+    )
+    try:
+        wait_running(run_id, proc)
+        r = run_cli("down", "--force")
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "torn down by its own process" in r.stdout, r.stdout
+    assert proc.returncode == 130
+    assert present_objects() == before
+    assert not (STATE_DIR / f"{run_id}.lock").exists()
+
+
+def test_teardown_reaps_nothing_it_does_not_own(tmp_path):
+    """kill_processes stops what lives in a namespace without stealing the exit status of a
+    process someone else (here: this test's Popen) started: its owner still learns it was
+    killed by SIGTERM (a waitpid(-1) inside the teardown would leave Popen a code of 0)."""
+    ns = f"tb-reap{os.getpid() % 100000:05d}"
+    create_netns(ns)
+    try:
+        p = spawn_in_netns(NETNS_DIR / ns, ["sleep", "60"], tmp_path / "sleep.log")
+        deadline = time.monotonic() + 5
+        while not pids_in([ns]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pids_in([ns])
+        assert kill_processes([ns]) == 0
+        assert p.wait(5) == -signal.SIGTERM
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus: install.sh")
+def test_cross_check_agrees_however_late_it_asks(tmp_path):
+    """The check queries what was scraped, not what is current: asked 20 times, before and
+    after the exporter stopped (its series then turn stale), it agrees every time."""
+    collector, server, port = orchestrator_exporter("127.0.0.1")
+    recorded: list[dict] = []
+    sink = Prometheus(tmp_path, 0.2, recorded.append)
+    try:
+        assert recorded and recorded[0]["pid"] == sink.proc.pid  # recorded before ready
+        sink.set_targets({"orchestrator": [f"127.0.0.1:{port}"]}, {"run_id": "abcdef"})
+        rows = [
+            ({"node": f"h{i}", "direction": d, "class": "high"},
+             {"bytes": 1000 * i, "packets": i, "drops": 0, "backlog": 0})
+            for i in range(1, 5) for d in ("up", "down")
+        ]  # fmt: skip
+        collector.update(rows)
+        assert sink.wait_scraped(time.time(), timeout=20)
+        summary = {"started_at": time.time() - 5, "links": [{}] * 8}
+        verdicts = []
+        for i in range(20):
+            if i == 5:
+                server.shutdown()
+                server.server_close()
+            verdicts.append(cross_check(sink.url, "abcdef", summary)["agree"])
+            time.sleep(0.15)
+        assert all(verdicts), verdicts
+    finally:
+        sink.stop()
+
+
+def test_prometheus_that_never_gets_ready_is_not_orphaned(tmp_path, monkeypatch):
+    """A `prometheus` that never answers: the readiness wait fails the run, and the process,
+    recorded before the wait, is stopped by the teardown (the test process stays alive, so no
+    PDEATHSIG would do it)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = f"tbfakeprom{os.getpid()}"
+    (fake / "prometheus").write_text(f"#!/bin/bash\nexec -a {marker} sleep 300\n")
+    (fake / "prometheus").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setattr(prom, "READY_TIMEOUT_S", 2.0)
+    from testbed.errors import RunFailure
+    from testbed.orchestrator import run
+    from testbed.scenario import load_scenario_data
+
+    s = load_scenario_data(
+        {"name": "fakeprom", "duration": "3s", "measure": {"warmup": "1s", "cooldown": "0s"},
+         "topology": {"hosts": 2},
+         "workloads": {"linkcheck": {"pattern": "ring"}}},
+        "test",
+    )  # fmt: skip
+    with pytest.raises(RunFailure, match="prometheus did not become ready"):
+        run(s, out=tmp_path / "run")
+    r = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert r.stdout.strip() == "", f"the fake prometheus was left running: {r.stdout}"
+
+
+def test_kernel_probe_namespace_is_recorded(tmp_path):
+    """The probe's throwaway namespace is named after the run and recorded while it exists,
+    so a kill during probing leaves nothing the guardian does not know of."""
+    from testbed.preflight import kernel_capabilities
+
+    seen: list[list[str]] = []
+
+    class Watched(RunState):
+        def save(self) -> None:
+            super().save()
+            seen.append(self.namespaces())
+
+    st = Watched(run_id="9b0be0", scenario="p", out_dir=str(tmp_path))
+    try:
+        kernel_capabilities(st)
+    finally:
+        st.remove()
+    assert seen == [["tb-9b0be0-probe"], []]  # recorded, then forgotten once removed
+    assert not (NETNS_DIR / "tb-9b0be0-probe").exists()
