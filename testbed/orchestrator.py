@@ -368,7 +368,7 @@ def _live(
         ui.phase("collecting")
         for w in workloads:
             w.finish()
-        final = _snapshot(rt, plans)
+        final = _settled_snapshot(rt, plans)
         metrics.update(plans, final)
         metrics.final_scrape()
         sections = {}
@@ -554,6 +554,20 @@ Snapshot = tuple[float, list[dict[str, dict[str, int]]]]  # (time, counters per 
 
 def _snapshot(rt: Runtime, plans: list[InterfacePlan]) -> Snapshot:
     return time.time(), [class_counters(rt.ipr(p.end.netns), p) for p in plans]
+
+
+def _settled_snapshot(rt: Runtime, plans: list[InterfacePlan], limit_s: float = 5.0) -> Snapshot:
+    """The final counters, once every queue has emptied: a 1000-packet FIFO at 50 Mbit/s still
+    holds a quarter of a second of data when the last sender stops, and "bytes" must count
+    what crossed the link, not what had crossed it when we looked."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        snap = _snapshot(rt, plans)
+        queued = sum(c["backlog"] for per in snap[1] for c in per.values())
+        if queued == 0 or time.monotonic() > deadline:
+            return snap
+        checkpoint()
+        time.sleep(0.05)
 
 
 def _links(

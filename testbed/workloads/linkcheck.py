@@ -88,7 +88,9 @@ class Linkcheck(Synchronised):
         return present(p.out.with_suffix(".ready") for p in clients), len(clients)
 
     def draining(self) -> bool:
-        return False
+        """Clients stop by themselves at the end of the run; until they have, their bytes
+        are not all on the wire and the final link counters would miss them."""
+        return not self.clients_done()
 
     def launch(self) -> None:
         """Servers listen at once; clients wait for the go file and start together at t0."""

@@ -16,6 +16,7 @@ import pytest
 from testbed.images import ensure_node_image
 from testbed.runtime.docker import DockerRuntime, client
 from testbed.runtime.docker import teardown as docker_teardown
+from testbed.runtime.netns import pids_in
 from testbed.scenario import load_scenario_data
 from testbed.state import STATE_DIR, RunState
 from testbed.topology import single_tor
@@ -209,13 +210,46 @@ def _long(tmp_path: Path) -> Path:
     return p
 
 
+def test_kill9_the_guardian_removes_containers_and_their_processes(tmp_path, image):
+    """The processes exec'd in a container are the engine's, not the orchestrator's children,
+    so no PDEATHSIG reaches them: the run's guardian removes the containers, and with them
+    every process, without `testbed down`."""
+    run_id = "d0c001"
+    before = present_objects()
+    proc = spawn_up(str(_long(tmp_path)), "--out", str(tmp_path / "run"), "--run-id", run_id)
+    try:
+        st = wait_running(run_id, proc, timeout=180)
+        assert len(labelled(run_id)) == 3
+        time.sleep(2)
+        hosts = [n for n in st.namespaces() if not n.endswith("-sw")]
+        victims = pids_in(hosts)
+        assert len(victims) >= 6, victims  # init, worker and generator in each container
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 60
+    while (STATE_DIR / f"{run_id}.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (STATE_DIR / f"{run_id}.json").exists(), "the guardian did not finish in 60 s"
+    assert labelled(run_id) == []
+    assert not [p for p in victims if Path(f"/proc/{p}").exists()]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "killed"
+    assert present_objects() == before
+
+
 def test_kill9_then_down_leaves_nothing(tmp_path, image):
+    """With its guardian killed as well, the state file and the labels let `down` finish."""
     run_id = "d0c002"
     before = present_objects()
     proc = spawn_up(str(_long(tmp_path)), "--out", str(tmp_path / "run"), "--run-id", run_id)
     try:
         st = wait_running(run_id, proc, timeout=180)
         assert len(labelled(run_id)) == 3
+        assert st.guardian_pid is not None
+        os.kill(st.guardian_pid, signal.SIGKILL)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:

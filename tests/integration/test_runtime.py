@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import socket
 import subprocess
 
@@ -53,18 +55,42 @@ def test_management_path_reaches_hosts_but_does_not_join_them(network):
     assert not ping(h1.netns, str(h2.mgmt_ip))  # isolated bridge ports: host ↛ host
 
 
+RTN_UNICAST = 1  # rtm_type of a route that forwards (local, broadcast, multicast do not)
+
+
+def assert_no_route_out(topo, rt, ns: str) -> None:
+    """Every forwarding route of the namespace, in every table, leads into the testbed's own
+    data or management prefix; there is no default route; and a connect() to an outside
+    address (TEST-NET-1, which no real host has) fails at once with 'Network is unreachable'."""
+    ours = (topo.data_prefix, topo.mgmt_prefix)
+    ipr = rt.ipr(ns)
+    unicast = [r for r in ipr.get_routes(family=socket.AF_INET) if r["type"] == RTN_UNICAST]
+    assert unicast, f"{ns}: no routes at all (the dump, not the isolation, is broken)"
+    for r in unicast:
+        # a default route has dst_len 0 and no RTA_DST at all: check the length, not the attr
+        assert r["dst_len"] > 0, f"{ns}: a default route: {r}"
+        dst = ipaddress.ip_network(f"{r.get_attr('RTA_DST')}/{r['dst_len']}")
+        assert any(dst.subnet_of(p) for p in ours), f"{ns}: route to {dst} leaves {ours}"
+    v6 = ipr.get_routes(family=socket.AF_INET6)
+    assert not [r for r in v6 if r["type"] == RTN_UNICAST and r["dst_len"] == 0], ns  # v6 too
+    with inside(ns):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        with pytest.raises(OSError) as e:
+            s.connect(("192.0.2.1", 9))  # UDP connect: a route lookup only, nothing is sent
+        assert e.value.errno == errno.ENETUNREACH, e.value
+    finally:
+        s.close()
+
+
 def test_hosts_have_no_route_out(network):
+    """Broken isolation (a default route, or a route to any outside prefix, in a host) fails
+    the route check; a host that could reach 192.0.2.1 fails the connect() check."""
     topo, rt = network
     for h in topo.hosts:
-        routes = rt.ipr(h.netns).get_routes(family=socket.AF_INET, table=254)  # main table
-        dsts = {(r.get_attr("RTA_DST"), r["dst_len"]) for r in routes if r.get_attr("RTA_DST")}
-        assert all(dl > 0 for _, dl in dsts), "a default route"
-        assert {
-            (str(topo.data_prefix.network_address), topo.data_prefix.prefixlen),
-            (str(topo.mgmt_prefix.network_address), topo.mgmt_prefix.prefixlen),
-        } >= {d for d in dsts if d[1] < 32}
-        assert all(r["dst_len"] != 0 for r in routes)
-    assert not ping(topo.hosts[0].netns, "192.0.2.1")  # e.g. the machine's gateway
+        assert_no_route_out(topo, rt, h.netns)
+    r = in_ns(topo.hosts[0].netns, "ping", "-c", "1", "-W", "1", "192.0.2.1")
+    assert r.returncode == 2 and "unreachable" in r.stderr.lower(), r  # refused, not unanswered
 
 
 def test_root_namespace_holds_only_the_management_bridge(network):

@@ -80,12 +80,38 @@ def test_missing_netem_is_a_visible_note():
     assert "no sch_netem" in p.notes[0] and "modprobe sch_netem" in p.notes[0]
 
 
-@pytest.mark.parametrize("rate", [10**7, 10**8, 10**9, 10**10, 4 * 10**10])
-def test_burst_and_quantum_scale_with_rate(rate):
+# Every bucket holds 100 µs of the link (plan.py's docstring: BURST_SECONDS), so
+# burst = rate / 8 bit·byte⁻¹ × 100e-6 s, and the DRR quantum is 1 ms of the link, at least one
+# 1514-byte frame and at most 200 000 bytes. By hand:
+#   10 Mbit/s:  1.25e6 B/s × 1e-4 s =     125 B   quantum 1.25e6 × 1e-3 = 1 250 → 1 514 (a frame)
+#  100 Mbit/s:  12.5e6 B/s × 1e-4 s =   1 250 B   quantum                         12 500
+#    1 Gbit/s:  125e6 B/s  × 1e-4 s =  12 500 B   quantum                        125 000
+#   10 Gbit/s:  1.25e9 B/s × 1e-4 s = 125 000 B   quantum 1 250 000 → 200 000 (kernel cap)
+#   40 Gbit/s:  5e9 B/s    × 1e-4 s = 500 000 B   quantum 5 000 000 → 200 000
+# Broken looks like: a burst in bits rather than bytes (8×), 1 ms instead of 100 µs (10×), one
+# bucket left at the kernel default, or an uncapped quantum at 10 Gbit/s.
+@pytest.mark.parametrize(
+    ("rate", "burst", "quantum"),
+    [
+        (10**7, 125, 1514),
+        (10**8, 1250, 12_500),
+        (10**9, 12_500, 125_000),
+        (10**10, 125_000, 200_000),
+        (4 * 10**10, 500_000, 200_000),
+    ],
+)
+def test_burst_and_quantum_scale_with_rate(rate, burst, quantum):
     p = plan_interface(END, LinkSpec(rate), profile("thesis-2band"), False)
-    # every bucket (burst and cburst of the cap and of each band) holds 100 µs of the link:
-    # enough to absorb late dequeues, too little to let a small flow beat the wire
-    for c in of(p, HtbClass):
-        assert c.burst == c.cburst == burst_bytes(rate)
-        assert c.burst == pytest.approx(rate / 8 * 100e-6, abs=1)
-        assert 1514 <= c.quantum <= 200_000
+    classes = of(p, HtbClass)
+    assert len(classes) == 3  # the cap and both bands
+    for c in classes:
+        assert (c.burst, c.cburst, c.quantum) == (burst, burst, quantum), c.handle
+    assert burst_bytes(rate) == burst
+
+
+def test_burst_below_one_byte_rounds_up_to_one():
+    # 8 kbit/s: 1000 B/s × 1e-4 s = 0.1 B; the kernel needs at least one byte of bucket
+    assert burst_bytes(8_000) == 1
+    # 60 kbit/s: 7500 B/s × 1e-4 s = 0.75 B → rounds to 1; 100 kbit/s: 12 500 × 1e-4 = 1.25 → 1
+    assert burst_bytes(60_000) == burst_bytes(100_000) == 1
+    assert burst_bytes(400_000) == 5  # 50 000 B/s × 1e-4 s = 5 B
