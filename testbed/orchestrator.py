@@ -313,6 +313,7 @@ def _live(
         stop.check()
 
         ui.phase("shaping links")
+        state.set_phase("shaping")
         t = s.topology
         spec = LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit)
         plans = plan_links(topo.link_ends(), spec, s.tc_profile, netem)
@@ -343,9 +344,9 @@ def _live(
         workloads = make_workloads(s, topo, rt, run_dir.resolve())
         metrics = MetricsSession(s, topo, run_dir, run_id)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
+        state.set_phase("starting workloads")
         metrics.start({w.name: w.targets() for w in workloads}, state.record)
         stop.check()
-        state.set_phase("starting workloads")
         for w in workloads:
             w.launch()
             stop.check()
@@ -366,6 +367,7 @@ def _live(
 
         stop.check()
         ui.phase("collecting")
+        state.set_phase("collecting")
         for w in workloads:
             w.finish()
         final = _settled_snapshot(rt, plans)
