@@ -176,7 +176,7 @@ def claim(s: Scenario, run_id: str | None, out: Path | None) -> tuple[Scenario, 
                         "pick another id, or run `testbed down` if that run is dead"
                     )
             except BaseException:
-                lock.release()
+                lock.release(unlink=True)  # refused: leave no lock file either
                 raise
             break
         else:

@@ -28,7 +28,7 @@ def present_objects() -> set[str]:
         if re.match(r"^tb[0-9a-f]{6}", p.name)
     }
     if STATE_DIR.is_dir():
-        found |= {f"state:{p.name}" for p in STATE_DIR.glob("*.json")}
+        found |= {f"state:{p.name}" for p in STATE_DIR.iterdir() if not p.name.startswith(".")}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -36,7 +36,16 @@ def present_objects() -> set[str]:
             continue
         if cmd.startswith(b"/usr/bin/prometheus\0") or b"/prometheus\0--config.file=" in cmd:
             found.add(f"prometheus:{pid}")
+        if b"testbed.guardian\0" in cmd and _running(pid):
+            found.add(f"guardian:{pid}")
     return found | containers()
+
+
+def _running(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def containers() -> set[str]:

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,10 +19,11 @@ import pytest
 from testbed.metrics import prometheus as prom
 from testbed.metrics.exporters import orchestrator_exporter
 from testbed.metrics.prometheus import Prometheus, cross_check
+from testbed.runtime.base import teardown
 from testbed.runtime.netns import NETNS_DIR, create_netns, kill_processes, pids_in, spawn_in_netns
 from testbed.state import STATE_DIR, RunState
 
-from .helpers import present_objects, run_cli, spawn_up
+from .helpers import ROOT, present_objects, run_cli, spawn_up
 from .test_lifecycle import scenario, wait_running
 
 HOROVOD = """\
@@ -97,6 +99,10 @@ def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
                 proc.wait()
         took = wait_gone(STATE_DIR / f"{rid}.json")
         assert took < 15, f"the guardian did not finish within 15 s ({took:.1f} s)"
+        deadline = time.monotonic() + 5
+        while _running(guardian) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _running(guardian), "the guardian did not exit after its teardown"
         left = [p for p in victims if _running(p)]
         assert not left, f"processes of the run outlived it: {left}"
         assert not (sd / f"testbed-{rid}.json").exists(), "file_sd entry left for Prometheus"
@@ -312,3 +318,87 @@ def test_kernel_probe_namespace_is_recorded(tmp_path):
         st.remove()
     assert seen == [["tb-9b0be0-probe"], []]  # recorded, then forgotten once removed
     assert not (NETNS_DIR / "tb-9b0be0-probe").exists()
+
+
+def _fake_prometheus(tmp_path: Path, marker: str) -> Path:
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "prometheus").write_text(f"#!/bin/bash\nexec -a {marker} sleep 300\n")
+    (fake / "prometheus").chmod(0o755)
+    return fake
+
+
+def test_ctrl_c_while_prometheus_starts_stops_at_once(tmp_path):
+    """Ctrl-C during a blocking wait (here: Prometheus' readiness, 30 s at most) takes effect
+    at once, not when the wait ends."""
+    run_id = "0c0c0c"
+    fake = _fake_prometheus(tmp_path, f"tbslowprom{os.getpid()}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "up", str(scenario(tmp_path, "10s")),
+         "--out", str(tmp_path / "run"), "--run-id", run_id],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = RunState.load(STATE_DIR / f"{run_id}.json") if (
+                STATE_DIR / f"{run_id}.json").exists() else None  # fmt: skip
+            if st is not None and any(o.get("name") == "prometheus" for o in st.objects):
+                break
+            time.sleep(0.05)
+        time.sleep(1)  # inside the readiness wait
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert took < 10, f"stopping took {took:.1f} s"
+
+
+def _netlink_sockets() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            inode = target[8:-1]
+            if inode in Path("/proc/net/netlink").read_text():
+                n += 1
+    return n
+
+
+def test_a_failing_metrics_stop_still_closes_netlink(tmp_path):
+    """The external file_sd entry cannot be written (its name is taken by a folder) and so
+    cannot be removed either: the run fails, and still every netlink socket it opened in the
+    namespaces is closed (they were skipped when stopping the metrics raised)."""
+    from testbed.errors import RunFailure
+    from testbed.orchestrator import run
+    from testbed.scenario import load_scenario_data
+
+    sd = tmp_path / "sd"
+    run_id = "5dfa11"
+    (sd / f"testbed-{run_id}.json").mkdir(parents=True)
+    s = load_scenario_data(
+        {"name": "sdfail", "duration": "3s", "measure": {"warmup": "1s", "cooldown": "0s"},
+         "topology": {"hosts": 2}, "workloads": {"linkcheck": {"pattern": "ring"}},
+         "metrics": {"prometheus": "external", "file_sd_dir": str(sd)}},
+        "test",
+    )  # fmt: skip
+    before = _netlink_sockets()
+    try:
+        with pytest.raises(RunFailure):
+            run(s, out=tmp_path / "run", run_id=run_id)
+        assert _netlink_sockets() == before
+    finally:
+        (sd / f"testbed-{run_id}.json").rmdir()
+        # the run's owner is this (live) process, so `down` would leave it alone: finish here
+        st = RunState.load(STATE_DIR / f"{run_id}.json")
+        assert teardown(st) == []
+        st.remove()
+        (STATE_DIR / f"{run_id}.lock").unlink()
