@@ -102,7 +102,10 @@ class RunState:
         self.save()
 
     def remove(self) -> None:
+        """The state file, and any half-written copy a killed writer left (`<id>.<pid>.tmp`)."""
         self.path.unlink(missing_ok=True)
+        for tmp in STATE_DIR.glob(f"{self.run_id}.*.tmp"):
+            tmp.unlink(missing_ok=True)
 
     def alive(self) -> bool:
         """Is the orchestrator that owns this run still running?"""

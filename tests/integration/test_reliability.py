@@ -402,3 +402,14 @@ def test_a_failing_metrics_stop_still_closes_netlink(tmp_path):
         assert teardown(st) == []
         st.remove()
         (STATE_DIR / f"{run_id}.lock").unlink()
+
+
+def test_a_half_written_state_copy_goes_with_the_state(tmp_path):
+    """A run killed between writing its state's temporary copy and renaming it leaves
+    `<id>.<pid>.tmp`; removing the run's state (guardian, down) removes that too."""
+    st = RunState(run_id="7e3a11", scenario="t", out_dir=str(tmp_path))
+    assert st.create()
+    half = STATE_DIR / "7e3a11.99999.tmp"
+    half.write_text('{"run_id": "7e3a1')
+    st.remove()
+    assert not half.exists() and not st.path.exists()
