@@ -14,6 +14,10 @@ JSON line:
                         per host over 8 hosts (184 flows/s in all) at 1 Gbit/s
   flow_size_ks          Kolmogorov–Smirnov distance between the drawn flow sizes and the CDF
   iterations            iterations measured in the two Horovod runs together
+  ddp_compute_bound_error, ddp_network_bound_error
+                        the same two checks with backend: torch-ddp (torch.distributed over
+                        gloo, DDP's buckets of bucket_cap = Horovod's fusion buffer in the
+                        prediction; DDP's first bucket is 1 MiB, which the model leaves out)
 
 Run as root: `.venv/bin/python benchmarks/workloads.py [--quick]`.
 """
@@ -41,14 +45,15 @@ def run_one(data: dict[str, Any], keep: str | None = None) -> tuple[dict[str, An
 
 
 def horovod(
-    rate: str, compute: str, model_size: str, duration: str
+    rate: str, compute: str, model_size: str, duration: str, backend: str = "horovod"
 ) -> tuple[float, float, int, Any]:
+    job: dict[str, Any] = {"model_size": model_size, "compute_time": compute, "barrier": True}
+    if backend == "torch-ddp":  # DDP's bucket cap as the fusion buffer the model assumes
+        job.update(backend=backend, bucket_cap="5MB", fusion_threshold="5MB")
     data = {
         "duration": duration,
         "topology": {"hosts": 2, "link_rate": rate},
-        "workloads": {
-            "horovod": {"model_size": model_size, "compute_time": compute, "barrier": True}
-        },
+        "workloads": {"horovod": job},
     }
     s, _ = run_one(data)
     h = s["horovod"]
@@ -75,6 +80,20 @@ def main() -> int:
     print(
         f"network-bound (2 workers, 10 MB, 100 Mbit/s): mean iteration {mean * 1e3:.1f} ms, "
         f"predicted {pred * 1e3:.1f} ms, error {e2:.3f} ({n2} iterations)"
+    )
+
+    mean, compute, n3, _ = horovod("1gbit", "400ms", "1MB", d, "torch-ddp")
+    e4 = abs(mean - compute) / compute
+    print(
+        f"torch-ddp compute-bound (2 workers, 1 MB, 1 Gbit/s): mean iteration {mean * 1e3:.1f} ms, "
+        f"compute {compute * 1e3:.0f} ms, error {e4:.3f} ({n3} iterations)"
+    )
+    mean, compute, n4, scen = horovod("100mbit", "200ms", "10MB", d, "torch-ddp")
+    pred = predict.for_scenario(scen)["iteration_s"]
+    e5 = abs(mean - pred) / pred
+    print(
+        f"torch-ddp network-bound (2 workers, 10 MB, 100 Mbit/s): mean iteration "
+        f"{mean * 1e3:.1f} ms, predicted {pred * 1e3:.1f} ms, error {e5:.3f} ({n4} iterations)"
     )
 
     rate = 23.0  # per host: 184 flows/s over the 8 hosts
@@ -104,6 +123,9 @@ def main() -> int:
         "arrival_rate_error": round(e3, 4),
         "flow_size_ks": round(ks, 4),
         "iterations": n1 + n2,
+        "ddp_compute_bound_error": round(e4, 4),
+        "ddp_network_bound_error": round(e5, 4),
+        "ddp_iterations": n3 + n4,
     }))  # fmt: skip
     return 0
 

@@ -204,6 +204,7 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
     but the claim (state file, lock, guardian) exists afterwards; `Claim.release` ends it."""
     preflight.require_root("testbed up")
     preflight.require_binaries()
+    preflight.check_gpus(s)
     if run_id is not None and not valid_run_id(run_id):
         check_run_id(run_id)  # raises with the format
     if out is not None and out.exists() and any(out.iterdir()):
@@ -232,10 +233,12 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag) -> RunResult:
     state.set_phase("probing kernel")
     caps = preflight.kernel_capabilities(state)
     stop.check()
-    warnings: list[str] = []
+    warnings: list[str] = preflight.check_gpus(s)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.yaml").write_text(dump_scenario(s))
     handler = _attach_log(run_dir)
+    for w in warnings:
+        log.warning(w)
     result = RunResult(run_dir, run_id)
     log.info("run %s of scenario %s → %s", run_id, s.name, run_dir)
     status, error = "ok", None
@@ -537,6 +540,7 @@ def _drain(
 
 
 def make_workloads(s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path) -> list[Workload]:
+    from testbed.workloads.ddp import DdpJob
     from testbed.workloads.horovod import HorovodJob
     from testbed.workloads.websearch import Websearch
 
@@ -545,7 +549,8 @@ def make_workloads(s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path) 
     if wl.linkcheck is not None:
         out.append(Linkcheck(wl.linkcheck, s, topo, rt, run_dir))
     if wl.horovod is not None:
-        out.append(HorovodJob(wl.horovod, s, topo, rt, run_dir))
+        job = DdpJob if wl.horovod.backend == "torch-ddp" else HorovodJob
+        out.append(job(wl.horovod, s, topo, rt, run_dir))
     if wl.websearch is not None:
         out.append(Websearch(wl.websearch, s, topo, rt, run_dir))
     return out

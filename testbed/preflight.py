@@ -141,3 +141,65 @@ def _free_prefix(
         f"topology: no free {start.prefixlen}-bit prefix left in 10.0.0.0/8 after {start}; "
         "set topology.prefix and topology.management_prefix yourself"
     )
+
+
+def visible_gpus() -> list[int]:
+    """NVIDIA GPUs this machine shows (driver's /proc entries, else `nvidia-smi -L`), by index.
+    No torch import: the orchestrator must not pay 2.5 s of CPU to learn there are none."""
+    proc = "/proc/driver/nvidia/gpus"
+    if os.path.isdir(proc):
+        return list(range(len(os.listdir(proc))))
+    if shutil.which("nvidia-smi") is None:
+        return []
+    import subprocess
+
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [i for i, line in enumerate(r.stdout.splitlines()) if line.startswith("GPU ")]
+
+
+def check_gpus(s: Scenario) -> list[str]:
+    """Refuse GPU requests this machine cannot meet (exit 1, before anything exists); return
+    the warnings of those it meets differently (`gpus: auto` on a machine without GPUs)."""
+    w = s.workloads.horovod
+    if w is None or w.gpus is None:
+        return []
+    visible = visible_gpus()
+    if not visible:
+        if w.gpus == "auto":
+            return ["workloads.horovod.gpus: auto, but this machine shows no GPU; training runs "
+                    "on CPU (gloo)"]  # fmt: skip
+        raise EnvironmentProblem(
+            f"workloads.horovod.gpus: {w.gpus!r} asks for GPUs, but this machine shows none "
+            "(no /proc/driver/nvidia/gpus, no nvidia-smi); use gpus: auto or leave gpus out"
+        )
+    wanted = w.gpus if isinstance(w.gpus, list) else []
+    if isinstance(w.gpus, int) and w.gpus > len(visible):
+        raise EnvironmentProblem(
+            f"workloads.horovod.gpus: {w.gpus} per worker, but this machine shows "
+            f"{len(visible)}; ask for at most {len(visible)}"
+        )
+    missing = [g for g in wanted if g not in visible]
+    if missing:
+        raise EnvironmentProblem(
+            f"workloads.horovod.gpus: devices {missing} do not exist here (visible: {visible})"
+        )
+    if w.backend == "horovod" and not _horovod_has_nccl():
+        raise EnvironmentProblem(
+            "workloads.horovod.gpus: this Horovod was built without NCCL (CPU only); build the "
+            "GPU wheel (HOROVOD_GPU_OPERATIONS=NCCL) or use backend: torch-ddp"
+        )
+    return []
+
+
+def _horovod_has_nccl() -> bool:
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", "import horovod.torch as h; print(h.nccl_built())"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return r.stdout.strip() not in ("", "0", "False")

@@ -296,8 +296,63 @@ class _Placed(BaseModel):
         return data
 
 
+def _gpus(value: Any) -> Any:
+    """`gpus`: a count (≥ 1), `all`, `auto`, or a list of distinct device ids."""
+    ok = (
+        value is None
+        or value in ("all", "auto")
+        or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+        or (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+            and len(set(value)) == len(value)
+        )
+    )
+    if not ok:
+        raise ValueError(
+            f"must be a count (1, 2, ...), all, auto or a list of distinct device ids "
+            f"([0, 1]), got {value!r}"
+        )
+    return value
+
+
+Gpus = Annotated[
+    Any,
+    BeforeValidator(_gpus),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"enum": ["all", "auto"]},
+                {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                {"type": "null"},
+            ]
+        }
+    ),
+]
+
+
 class HorovodWorkload(_Placed):
-    """A ring-allreduce job: one Horovod worker (Gloo) per host."""
+    """A data-parallel training job, one worker per host: Horovod (ring-allreduce over Gloo)
+    or torch.distributed's DistributedDataParallel (gloo on CPU, nccl on GPU)."""
+
+    backend: Literal["horovod", "torch-ddp"] = Field(
+        "horovod",
+        description="horovod: Horovod workers (Gloo); torch-ddp: torch.distributed workers "
+        "reducing DDP's gradient buckets (gloo on CPU, nccl on GPU)",
+    )
+    bucket_cap: Size = Field(
+        25 * 2**20,
+        gt=0,
+        description="torch-ddp: DDP's bucket_cap_mb, the analogue of Horovod's fusion buffer "
+        "(default 25 MiB, as DDP's)",
+    )
+    gpus: Gpus = Field(
+        None,
+        description="GPUs per worker's host: a count, all, a list of device ids, or auto "
+        "(use them when present, else CPU with a warning); unset: CPU",
+    )
 
     mode: Literal["synthetic", "real"] = Field(
         "synthetic",
@@ -547,6 +602,12 @@ class Scenario(BaseModel):
                 raise _FieldError(
                     ("workloads", key, "tc_class"),
                     f"{w.tc_class!r} is not a class of tc profile {self.tc_profile.name!r}; classes: {classes}",
+                )
+            if isinstance(w, HorovodWorkload) and w.backend == "torch-ddp" and not w.barrier:
+                raise _FieldError(
+                    ("workloads", key, "barrier"),
+                    "torch-ddp always waits for every gradient bucket before the next step, as "
+                    "DDP does; remove barrier: false, or use backend: horovod",
                 )
             try:
                 derive.resolve(self, key, w, base)

@@ -194,6 +194,29 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
         assert "Traceback" not in log.read_text(), log
 
 
+def test_torch_ddp_in_containers_moves_the_ring_bytes_in_its_class(tmp_path, image):
+    """torch-ddp workers exec'd in containers, their TCP store on the host's management
+    address: each uplink's low class carries 2(1 - 1/N) of the model per iteration."""
+    from testbed.orchestrator import run
+
+    data = {
+        "name": "ddp", "runtime": "docker", "duration": "12s",
+        "measure": {"warmup": "1s", "cooldown": "0s"},
+        "topology": {"hosts": 3, "link_rate": "100mbit"}, "tc_profile": "thesis-2band",
+        "workloads": {"horovod": {"backend": "torch-ddp", "model_size": "2MB",
+                                  "compute_time": "200ms", "tc_class": "low"}},
+    }  # fmt: skip
+    s = run(load_scenario_data(data, "test"), out=tmp_path / "run").summary
+    h = s["horovod"]
+    assert s["status"] == "ok" and h["iterations"] >= 5
+    ring = 2 * (1 - 1 / 3) * 2_000_000
+    for x in s["links"]:
+        if x["direction"] == "up":
+            per_iteration = x["classes"]["low"]["bytes"] / h["iterations_per_worker"][x["node"]]
+            assert 1.0 <= per_iteration / ring <= 1.15, (x["node"], per_iteration / ring)
+    assert h["min_iteration_over_compute"] >= 1.0
+
+
 def _yaml(path: Path) -> dict:
     import yaml
 

@@ -1,0 +1,214 @@
+"""The torch.distributed (DDP) worker that runs inside a node, one per host, started by
+workloads/ddp.py: the second training backend beside Horovod, with the same records, markers,
+start and stop protocol (see horovod_worker.py).
+
+Rendezvous: a TCP store that the controller serves in the root namespace on the management
+bridge's address, so only the collectives' traffic crosses the shaped links; Gloo's pairs use
+the data interface (GLOO_SOCKET_IFNAME=eth0), NCCL's its socket transport on it.
+
+synthetic: real float32 gradients with the layer sizes of the profile, compute emulated per
+  layer, reduced the way DistributedDataParallel reduces them: parameters in reverse order are
+  packed into buckets (the first one at most 1 MiB, as DDP's first bucket, the others at most
+  `bucket_cap` bytes); during backward a bucket's allreduce starts as soon as the last of its
+  layers has its gradient, and the optimizer step (the next forward) waits for every bucket.
+  DDP has no "no barrier" mode.
+real: DistributedDataParallel around a small CNN on random data (CPU), bucket_cap_mb from the
+  scenario.
+
+Stop: as Horovod's, a one-element MAX allreduce per iteration carries each rank's "stop" vote
+(SIGUSR1, or the next iteration would start after the run's end), read one iteration later,
+so every rank stops after the same iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from testbed.window import wait_for_go
+from testbed.workloads.horovod_worker import FINISH, Clock, Recorder, Stamp
+
+FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+
+
+def buckets_for(params: list[int], cap_bytes: int) -> list[list[int]]:
+    """DDP's bucketing of layers (given input to output): reverse order, float32 sizes, the
+    first bucket capped at 1 MiB (or `cap_bytes` if smaller), the rest at `cap_bytes`; a layer
+    larger than the cap gets a bucket of its own. Returns layer indices per bucket."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for j in range(len(params) - 1, -1, -1):
+        cap = min(FIRST_BUCKET_BYTES, cap_bytes) if not out else cap_bytes
+        nbytes = 4 * int(params[j])
+        if current and size + nbytes > cap:
+            out.append(current)
+            current, size = [], 0
+        current.append(j)
+        size += nbytes
+    if current:
+        out.append(current)
+    return out
+
+
+class StopVote:
+    def __init__(self, dist: Any, torch: Any, deadline: float | None) -> None:
+        self.dist, self.torch, self.deadline = dist, torch, deadline
+        self.pending: deque[tuple[Any, Any]] = deque()
+        self.last_start: float | None = None
+        self.period: float | None = None
+
+    def submit(self, started: float) -> None:
+        if self.last_start is not None:
+            self.period = started - self.last_start
+        self.last_start = started
+        late = (
+            self.deadline is not None
+            and self.period is not None
+            and started + self.period >= self.deadline
+        )
+        flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0])
+        work = self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX, async_op=True)
+        self.pending.append((work, flag))
+
+    def stop(self) -> bool:
+        if not self.pending:
+            return False
+        work, flag = self.pending.popleft()
+        work.wait()
+        return bool(flag.item() > 0)
+
+
+def synthetic(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: float) -> None:
+    layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
+    plan = buckets_for([int(x[1]) for x in layers], int(cfg["bucket_cap"]))
+    device = torch.device(cfg.get("device", "cpu"))
+    flat = [
+        torch.ones(sum(int(layers[j][1]) for j in b), dtype=torch.float32, device=device)
+        for b in plan
+    ]
+    last_of = {b[-1]: k for k, b in enumerate(plan)}  # backward reaches a bucket's last layer
+    world = dist.get_world_size()
+    clock = Clock()
+    vote = StopVote(dist, torch, deadline)
+    limit = cfg.get("iterations")
+    i = 0
+    while limit is None or i < limit:
+        if vote.stop():
+            break
+        start = Stamp()
+        compute = 0.0
+        for _, _, fwd, _ in layers:
+            clock.compute(fwd)
+            compute += fwd
+        works = []
+        for j in range(len(layers) - 1, -1, -1):
+            clock.compute(layers[j][3])
+            compute += layers[j][3]
+            k = last_of.get(j)
+            if k is not None:
+                works.append(dist.all_reduce(flat[k], async_op=True))
+                if k == 0:
+                    vote.submit(start.wall)
+        for w in works:  # DDP's finalize: the step needs every averaged gradient
+            w.wait()
+        for t in flat:
+            t.div_(world)
+        rec.add(i, start, Stamp(), compute)
+        i += 1
+
+
+def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: float) -> None:
+    nn = torch.nn
+    device = torch.device(cfg.get("device", "cpu"))
+    torch.manual_seed(cfg.get("seed", 1) + dist.get_rank())
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
+    ).to(device)  # fmt: skip
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, bucket_cap_mb=int(cfg["bucket_cap"]) / 2**20
+    )
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    bs = cfg.get("batch_size", 16)
+    limit = cfg.get("iterations")
+    vote = StopVote(dist, torch, deadline)
+    i = 0
+    while limit is None or i < limit:
+        if vote.stop():
+            break
+        start = Stamp()
+        x = torch.randn(bs, 3, 32, 32, device=device)
+        y = torch.randint(0, 10, (bs,), device=device)
+        opt.zero_grad()
+        t0 = time.perf_counter()
+        loss = loss_fn(ddp(x), y)
+        loss.backward()  # DDP's bucket allreduces run during backward and are waited for here
+        compute = time.perf_counter() - t0
+        vote.submit(start.wall)
+        opt.step()
+        rec.add(i, start, Stamp(), compute)
+        i += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ddp_worker")
+    ap.add_argument("--config", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--store", required=True, help="ADDR:PORT of the TCP store (management)")
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--metrics", help="ADDR:PORT for the Prometheus exporter")
+    ap.add_argument("--go", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = json.loads(args.config.read_text())
+
+    def stop(_signum: int, _frame: object) -> None:
+        sys.stdout.flush()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGUSR1, lambda _s, _f: FINISH.set())
+    from testbed.metrics.exporters import start_node_exporter
+
+    metrics = start_node_exporter("horovod", args.metrics)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    addr, port = args.store.rsplit(":", 1)
+    store = dist.TCPStore(
+        addr, int(port), args.world, False, timeout=datetime.timedelta(seconds=120)
+    )
+    backend = cfg.get("dist_backend", "gloo")
+    dist.init_process_group(backend, store=store, rank=args.rank, world_size=args.world)
+    rec = Recorder(args.out, args.worker, args.rank, metrics)
+    print(f"worker {args.worker}: rank {args.rank} of {args.world}, {backend}, mode {cfg['mode']}")
+    dist.all_reduce(torch.zeros(1))  # every rank is connected
+    args.out.with_suffix(".ready").touch()
+    window = wait_for_go(args.go)
+    if cfg["mode"] == "real":
+        real(cfg, dist, torch, rec, deadline=window.end)
+    else:
+        synthetic(cfg, dist, torch, rec, deadline=window.end)
+    args.out.with_suffix(".done").touch()
+    sys.stdout.flush()
+    if metrics is not None:
+        while True:  # keep the exporter up for the final scrape
+            time.sleep(3600)
+    os._exit(0)  # no destroy_process_group: peers may still be in their last collective
+
+
+if __name__ == "__main__":
+    sys.exit(main())

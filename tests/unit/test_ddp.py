@@ -1,0 +1,66 @@
+"""torch-ddp's pure parts: DDP's bucketing, GPU assignment, and the scenario's refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.errors import ScenarioError
+from testbed.scenario import load_scenario_data
+from testbed.workloads.ddp import gpu_assignment
+from testbed.workloads.ddp_worker import buckets_for
+
+MiB = 2**20
+
+
+def test_buckets_follow_ddp_reverse_order_and_caps():
+    # layers input → output, in float32 parameters; DDP walks them output → input
+    params = [100_000, 200_000, 300_000, 50_000, 25_000]  # 0.4, 0.8, 1.2, 0.2, 0.1 MB
+    # first bucket ≤ 1 MiB (1 048 576 B): layer 4 (100 000 B) + 3 (200 000 B) = 300 000;
+    # + layer 2 (1 200 000 B) would exceed → closed. Then cap 2 MB: layer 2 (1.2 MB) + layer 1
+    # (0.8 MB) = 2.0 MB ≤ 2 000 000 → same bucket; + layer 0 (0.4 MB) exceeds → new bucket.
+    assert buckets_for(params, 2_000_000) == [[4, 3], [2, 1], [0]]
+
+
+def test_a_layer_larger_than_the_cap_gets_its_own_bucket():
+    assert buckets_for([10, 1_000_000, 10], 1000) == [[2], [1], [0]]
+    # a cap below 1 MiB caps the first bucket too
+    assert buckets_for([100, 100, 100], 800) == [[2, 1], [0]]  # 400 + 400 = 800 ≤ 800
+
+
+def test_gpu_assignment():
+    assert gpu_assignment(None, [0, 1], 3) == [[], [], []]
+    assert gpu_assignment(1, [], 2) == [[], []]  # no GPU visible: CPU
+    assert gpu_assignment(1, [0, 1], 4) == [[0], [1], [0], [1]]  # two workers share each GPU
+    assert gpu_assignment(2, [0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
+    assert gpu_assignment("all", [0, 1], 2) == [[0, 1], [0, 1]]
+    assert gpu_assignment([1], [0, 1], 2) == [[1], [1]]
+
+
+def _load(job: dict) -> object:
+    return load_scenario_data(
+        {"name": "d", "topology": {"hosts": 3}, "workloads": {"horovod": job}}, "t"
+    )
+
+
+def test_backend_and_bucket_cap_defaults():
+    s = _load({"backend": "torch-ddp"})
+    h = s.workloads.horovod
+    assert h.backend == "torch-ddp" and h.bucket_cap == 25 * MiB and h.gpus is None
+    assert _load({}).workloads.horovod.backend == "horovod"
+
+
+@pytest.mark.parametrize(
+    ("job", "needle"),
+    [
+        ({"backend": "torch-ddp", "barrier": False}, "workloads.horovod.barrier"),
+        ({"backend": "mpi"}, "workloads.horovod.backend"),
+        ({"gpus": 0}, "workloads.horovod.gpus"),
+        ({"gpus": True}, "workloads.horovod.gpus"),
+        ({"gpus": [0, 0]}, "workloads.horovod.gpus"),
+        ({"gpus": "some"}, "workloads.horovod.gpus"),
+        ({"backend": "torch-ddp", "bucket_cap": 0}, "workloads.horovod.bucket_cap"),
+    ],
+)
+def test_bad_combinations_name_the_field(job, needle):
+    with pytest.raises(ScenarioError, match=needle.replace(".", r"\.")):
+        _load(job)
