@@ -186,20 +186,32 @@ def check_gpus(s: Scenario) -> list[str]:
         raise EnvironmentProblem(
             f"workloads.horovod.gpus: devices {missing} do not exist here (visible: {visible})"
         )
-    if w.backend == "horovod" and not _horovod_has_nccl():
+    from testbed.workloads.ddp import gpu_assignment
+
+    workers = len(w.hosts) if w.hosts else s.topology.hosts
+    per_worker = gpu_assignment(w.gpus, visible, workers)
+    used = [g for d in per_worker for g in d]
+    if len(used) != len(set(used)):
+        # NCCL refuses two ranks of one communicator on one device ("Duplicate GPU detected")
         raise EnvironmentProblem(
-            "workloads.horovod.gpus: this Horovod was built without NCCL (CPU only); build the "
-            "GPU wheel (HOROVOD_GPU_OPERATIONS=NCCL) or use backend: torch-ddp"
+            f"workloads.horovod.gpus: {workers} workers would share this machine's "
+            f"{len(visible)} GPU(s), and NCCL allows one rank per GPU; run at most "
+            f"{len(visible)} workers (workloads.horovod.hosts) or leave gpus out"
+        )
+    if s.runtime == "docker" and not any(
+        shutil.which(b)
+        for b in ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-runtime")
+    ):
+        raise EnvironmentProblem(
+            "workloads.horovod.gpus with runtime: docker needs the NVIDIA container toolkit; "
+            "install it (apt-get install nvidia-container-toolkit), run `nvidia-ctk runtime "
+            "configure --runtime=docker` and restart dockerd"
+        )
+    if w.backend == "horovod":
+        # The installed wheel is CPU-only, and no GPU Horovod wheel is built yet: say so
+        # rather than run on CPU while the scenario asked for GPUs.
+        raise EnvironmentProblem(
+            "workloads.horovod.gpus: the Horovod backend runs on CPU only here (its wheel is "
+            "built without NCCL); use backend: torch-ddp for GPUs"
         )
     return []
-
-
-def _horovod_has_nccl() -> bool:
-    import subprocess
-    import sys
-
-    r = subprocess.run(
-        [sys.executable, "-c", "import horovod.torch as h; print(h.nccl_built())"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    return r.stdout.strip() not in ("", "0", "False")

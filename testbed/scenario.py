@@ -348,6 +348,14 @@ class HorovodWorkload(_Placed):
         description="torch-ddp: DDP's bucket_cap_mb, the analogue of Horovod's fusion buffer "
         "(default 25 MiB, as DDP's)",
     )
+    nccl_socket_threads: int | None = Field(
+        None, ge=1, le=16,
+        description="GPU runs: NCCL_SOCKET_NTHREADS (NCCL's default if unset); more threads "
+        "and sockets make NCCL's share of a congested link larger against the background flows",
+    )  # fmt: skip
+    nccl_sockets_per_thread: int | None = Field(
+        None, ge=1, le=16, description="GPU runs: NCCL_NSOCKS_PERTHREAD (NCCL's default if unset)"
+    )
     gpus: Gpus = Field(
         None,
         description="GPUs per worker's host: a count, all, a list of device ids, or auto "

@@ -34,6 +34,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
             if os.geteuid() != 0:
                 item.add_marker(pytest.mark.skip(reason="integration tests need root"))
+        elif parts[0] == "gpu":
+            from testbed.preflight import visible_gpus
+
+            item.add_marker(pytest.mark.gpu)
+            if os.geteuid() != 0:
+                item.add_marker(pytest.mark.skip(reason="gpu tests need root"))
+            elif not visible_gpus():
+                item.add_marker(pytest.mark.skip(
+                    reason="gpu tests need an NVIDIA GPU; this machine shows none (the GPU "
+                    "path is unverified here)"
+                ))  # fmt: skip
         elif parts[0] == "docker":
             item.add_marker(pytest.mark.docker)
             if os.geteuid() != 0:

@@ -113,10 +113,23 @@ def make_runtime(
         from testbed.runtime.docker import DockerRuntime
 
         assert s.docker is not None and image is not None
-        return DockerRuntime(plan, state, s.docker, run_dir, image)
+        return DockerRuntime(plan, state, s.docker, run_dir, image, gpus=host_gpus(s, plan))
     from testbed.runtime.netns import NetnsRuntime
 
     return NetnsRuntime(plan, state)
+
+
+def host_gpus(s: Scenario, plan: TopologyPlan) -> dict[str, list[int]]:
+    """Devices each training host's container gets (empty: none asked for, or none here)."""
+    w = s.workloads.horovod
+    if w is None or w.gpus is None:
+        return {}
+    from testbed.preflight import visible_gpus
+    from testbed.workloads.ddp import gpu_assignment
+
+    hosts = [plan.host(n) for n in w.hosts] if w.hosts else list(plan.hosts)
+    devices = gpu_assignment(w.gpus, visible_gpus(), len(hosts))
+    return {h.name: d for h, d in zip(hosts, devices, strict=True) if d}
 
 
 def teardown(state: RunState) -> list[str]:

@@ -77,9 +77,17 @@ def _short(e: BaseException) -> str:
 
 
 def container_spec(
-    plan: TopologyPlan, h: Host, image: str, run_id: str, run_dir: Path, opts: DockerOptions
+    plan: TopologyPlan,
+    h: Host,
+    image: str,
+    run_id: str,
+    run_dir: Path,
+    opts: DockerOptions,
+    gpus: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Keyword arguments for `containers.run` of host `h` (pure: unit-tested)."""
+    """Keyword arguments for `containers.run` of host `h` (pure: unit-tested). With `gpus`,
+    those devices are passed through (NVIDIA container toolkit), with the shared memory and
+    locked-memory limits NCCL asks for (--shm-size=1g --ulimit memlock=-1)."""
     spec: dict[str, Any] = {
         "image": image,
         "command": ["sleep", "infinity"],
@@ -94,6 +102,14 @@ def container_spec(
         "volumes": {str(run_dir): {"bind": str(run_dir), "mode": "rw"}},
         "environment": {"PYTHONUNBUFFERED": "1"},
     }
+    if gpus:
+        from docker.types import DeviceRequest, Ulimit
+
+        spec["device_requests"] = [
+            DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])
+        ]
+        spec["shm_size"] = "1g"
+        spec["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1)]
     if opts.cpus is not None:
         spec["nano_cpus"] = round(opts.cpus * 1e9)
     if opts.memory is not None:
@@ -175,9 +191,11 @@ class DockerRuntime(NetnsRuntime):
         run_dir: Path,
         image: str,
         engine: docker.DockerClient | None = None,
+        gpus: dict[str, list[int]] | None = None,
     ) -> None:
         super().__init__(plan, state)
         self.opts, self.image = opts, image
+        self.gpus = gpus or {}  # host name → devices passed through to its container
         self.run_dir = run_dir.resolve()
         self.engine = engine or client()
         self._init: dict[str, tuple[int, int]] = {}  # container → its init's PID, start time
@@ -199,7 +217,10 @@ class DockerRuntime(NetnsRuntime):
     def _start_container(self, h: Host) -> tuple[str, int, int]:
         import docker
 
-        spec = container_spec(self.plan, h, self.image, self.state.run_id, self.run_dir, self.opts)
+        spec = container_spec(
+            self.plan, h, self.image, self.state.run_id, self.run_dir, self.opts,
+            self.gpus.get(h.name, ()),
+        )  # fmt: skip
         try:
             c = self.engine.containers.run(**spec)
             c.reload()

@@ -44,10 +44,21 @@ NCCL_SETTINGS = {
 }
 
 
+def nccl_env(cfg: Any) -> dict[str, str]:
+    """NCCL_SETTINGS plus the scenario's socket threads and sockets per thread."""
+    env = dict(NCCL_SETTINGS)
+    if cfg.nccl_socket_threads is not None:
+        env["NCCL_SOCKET_NTHREADS"] = str(cfg.nccl_socket_threads)
+    if cfg.nccl_sockets_per_thread is not None:
+        env["NCCL_NSOCKS_PERTHREAD"] = str(cfg.nccl_sockets_per_thread)
+    return env
+
+
 def gpu_assignment(gpus: Any, visible: list[int], workers: int) -> list[list[int]]:
     """Device ids per worker: a count n gives each worker n devices, round-robin over the
-    visible ones (several workers share a GPU when there are fewer); `all` gives each worker
-    every device; a list gives each worker those ids."""
+    visible ones; `all` gives each worker
+    every device; a list gives each worker those ids. (Two workers on one device come out of
+    a count larger than the devices allow; preflight.check_gpus refuses that for NCCL.)"""
     if not visible or gpus is None:
         return [[] for _ in range(workers)]
     if gpus in ("all", "auto"):
@@ -117,7 +128,7 @@ class DdpJob(HorovodJob):
             "GLOO_SOCKET_IFNAME": "eth0",
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
-            **(NCCL_SETTINGS if self.on_gpu else {}),
+            **(nccl_env(self.cfg) if self.on_gpu else {}),
         }
         (self.dir / "backend-env.json").write_text(
             json.dumps(

@@ -59,3 +59,34 @@ def test_docker_block_needs_the_docker_runtime() -> None:
 def test_bad_docker_options_name_the_field(field: str, value: object, where: str) -> None:
     with pytest.raises(ScenarioError, match=where.replace(".", r"\.")):
         load_scenario_data({**BASE, "runtime": "docker", "docker": {field: value}}, "test")
+
+
+def test_gpus_are_passed_through_with_what_nccl_needs() -> None:
+    s = load_scenario_data({"name": "g", "runtime": "docker", "topology": {"hosts": 2}}, "test")
+    plan = single_tor(s, "abc123")
+    assert s.docker is not None
+    spec = container_spec(
+        plan, plan.host("h1"), "img", "abc123", Path("/r/x"), s.docker, gpus=[0, 3]
+    )
+    (req,) = spec["device_requests"]
+    assert req["DeviceIDs"] == ["0", "3"] and req["Capabilities"] == [["gpu"]]
+    assert spec["shm_size"] == "1g"
+    (ulimit,) = spec["ulimits"]
+    assert (ulimit["Name"], ulimit["Soft"], ulimit["Hard"]) == ("memlock", -1, -1)
+    plain = container_spec(plan, plan.host("h1"), "img", "abc123", Path("/r/x"), s.docker)
+    assert not {"device_requests", "shm_size", "ulimits"} & set(plain)
+
+
+def test_nccl_is_kept_on_the_shaped_interface() -> None:
+    from testbed.workloads.ddp import nccl_env
+
+    s = load_scenario_data(
+        {"name": "n", "topology": {"hosts": 2},
+         "workloads": {"horovod": {"backend": "torch-ddp", "nccl_socket_threads": 4}}},
+        "test",
+    )  # fmt: skip
+    env = nccl_env(s.workloads.horovod)
+    # sockets on eth0 only, no InfiniBand, no plugin, no P2P/SHM shortcut around the links
+    assert env["NCCL_SOCKET_IFNAME"] == "=eth0" and env["NCCL_NET"] == "Socket"
+    assert env["NCCL_IB_DISABLE"] == env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == "1"
+    assert env["NCCL_SOCKET_NTHREADS"] == "4" and "NCCL_NSOCKS_PERTHREAD" not in env

@@ -1,0 +1,32 @@
+"""GPU hosts: torch-ddp over NCCL through the shaped links (netns runtime). Skipped, with the
+reason, on machines without an NVIDIA GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.preflight import visible_gpus
+from tests.integration.helpers import run_scenario
+
+
+@pytest.mark.skipif(len(visible_gpus()) < 2, reason="NCCL needs one GPU per rank: 2 GPUs")
+def test_nccl_bytes_cross_the_shaped_link_in_their_class(tmp_path):
+    s = run_scenario(tmp_path, {
+        "duration": "15s",
+        "topology": {"hosts": 2, "link_rate": "10gbit"},
+        "tc_profile": "thesis-2band",
+        "workloads": {"horovod": {"backend": "torch-ddp", "model_size": "100MB",
+                                  "compute_time": "50ms", "tc_class": "low", "gpus": 1}},
+    })  # fmt: skip
+    h = s["horovod"]
+    assert s["status"] == "ok" and h["iterations"] >= 5
+    env = json.loads((tmp_path / "run" / "horovod" / "backend-env.json").read_text())
+    assert env["dist_backend"] == "nccl" and env["env"]["NCCL_SOCKET_IFNAME"] == "=eth0"
+    ring = 2 * (1 - 1 / 2) * 100_000_000  # per uplink and iteration
+    for x in s["links"]:
+        if x["direction"] == "up":
+            per_iteration = x["classes"]["low"]["bytes"] / h["iterations_per_worker"][x["node"]]
+            assert 1.0 <= per_iteration / ring <= 1.15, per_iteration / ring
+    assert h["min_iteration_over_compute"] >= 1.0
