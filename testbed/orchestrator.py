@@ -206,7 +206,7 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
     preflight.require_binaries()
     preflight.check_gpus(s)
     if run_id is not None and not valid_run_id(run_id):
-        check_run_id(run_id)  # raises with the format
+        raise ScenarioError(f"--run-id: {run_id!r} must be 6 lowercase hex digits, e.g. 3fa9c1")
     if out is not None and out.exists() and any(out.iterdir()):
         raise ScenarioError(f"--out: {out} exists and is not empty; choose a new folder")
     return claim(s, run_id, out)

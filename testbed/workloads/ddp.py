@@ -23,7 +23,7 @@ from typing import Any
 from testbed.errors import RunFailure
 from testbed.metrics.exporters import HOROVOD_PORT
 from testbed.runtime import forkserver
-from testbed.runtime.base import NodeProcess
+from testbed.runtime.base import NodeProcess, host_gpus
 from testbed.stopping import checkpoint
 from testbed.workloads.horovod import WORKER_GID, HorovodJob, mark_group
 
@@ -75,12 +75,8 @@ class DdpJob(HorovodJob):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.store: NodeProcess | None = None
-        self.devices = gpu_assignment(self.cfg.gpus, self.rt_visible_gpus(), len(self.hosts))
-
-    def rt_visible_gpus(self) -> list[int]:
-        from testbed.preflight import visible_gpus
-
-        return visible_gpus() if self.cfg.gpus is not None else []
+        gpus = host_gpus(self.s, self.topo)  # the same devices the docker runtime passes through
+        self.devices = [gpus.get(h.name, []) for h in self.hosts]
 
     @property
     def on_gpu(self) -> bool:
