@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import signal
 import sys
 import time
 from collections import deque
@@ -34,7 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from testbed.window import wait_for_go
-from testbed.workloads.horovod_worker import FINISH, Clock, Recorder, Stamp
+from testbed.workloads.horovod_worker import (
+    FINISH,
+    Clock,
+    Recorder,
+    Stamp,
+    install_stop_signals,
+    small_cnn,
+)
 
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
 
@@ -130,11 +136,7 @@ def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: fl
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + dist.get_rank())
-    model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
-    ).to(device)  # fmt: skip
+    model = small_cnn(torch).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, bucket_cap_mb=int(cfg["bucket_cap"]) / 2**20
     )
@@ -174,12 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = json.loads(args.config.read_text())
 
-    def stop(_signum: int, _frame: object) -> None:
-        sys.stdout.flush()
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGUSR1, lambda _s, _f: FINISH.set())
+    install_stop_signals()
     from testbed.metrics.exporters import start_node_exporter
 
     metrics = start_node_exporter("horovod", args.metrics)

@@ -140,6 +140,28 @@ class Clock:
         self.debt = max(0.0, time.perf_counter() - end)
 
 
+def small_cnn(torch: Any) -> Any:
+    """The real mode's model (both backends): 25 578 float32 parameters."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
+    )  # fmt: skip
+
+
+def install_stop_signals() -> None:
+    """SIGUSR1: vote to stop (FINISH). SIGTERM: exit at once; records are flushed per
+    iteration, and the backend's threads must not hold us up."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        sys.stdout.flush()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGUSR1, lambda _s, _f: FINISH.set())
+
+
 def synthetic(
     cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder, deadline: float | None = None
 ) -> None:
@@ -196,11 +218,7 @@ def real(
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + hvd.rank())
-    model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
-    ).to(device)  # fmt: skip
+    model = small_cnn(torch).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -241,13 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         socket.sethostname(args.hostname)
     cfg = json.loads(args.config.read_text())
 
-    def stop(_signum: int, _frame: object) -> None:
-        # Records are flushed per iteration; Horovod's background thread must not hold us up.
-        sys.stdout.flush()
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGUSR1, lambda _s, _f: FINISH.set())
+    install_stop_signals()
     from testbed.metrics.exporters import start_node_exporter
 
     metrics = start_node_exporter("horovod", args.metrics)

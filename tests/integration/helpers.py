@@ -36,12 +36,13 @@ def present_objects() -> set[str]:
             continue
         if cmd.startswith(b"/usr/bin/prometheus\0") or b"/prometheus\0--config.file=" in cmd:
             found.add(f"prometheus:{pid}")
-        if b"testbed.guardian\0" in cmd and _running(pid):
+        if b"testbed.guardian\0" in cmd and running(pid):
             found.add(f"guardian:{pid}")
     return found | containers()
 
 
-def _running(pid: str) -> bool:
+def running(pid: int | str) -> bool:
+    """Alive and not a zombie."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:

@@ -23,7 +23,7 @@ from testbed.runtime.base import teardown
 from testbed.runtime.netns import NETNS_DIR, create_netns, kill_processes, pids_in, spawn_in_netns
 from testbed.state import STATE_DIR, RunState
 
-from .helpers import ROOT, present_objects, run_cli, spawn_up
+from .helpers import ROOT, present_objects, run_cli, running, spawn_up
 from .test_lifecycle import scenario, wait_running
 
 HOROVOD = """\
@@ -44,17 +44,9 @@ def run_processes(st: RunState) -> list[int]:
     fork server / Prometheus started for it (found by their command lines)."""
     pids = pids_in([n for n in st.namespaces() if (NETNS_DIR / n).exists()])
     for o in st.objects:
-        if o["kind"] == "process" and _running(o["pid"]):
+        if o["kind"] == "process" and running(o["pid"]):
             pids.append(o["pid"])
-    return [p for p in pids if _running(p)]
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return [p for p in pids if running(p)]
 
 
 def wait_gone(path: Path, timeout: float = 20) -> float:
@@ -90,7 +82,7 @@ def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
             else:
                 assert any(o.get("name") == "prometheus" for o in st.objects)
             guardian = st.guardian_pid
-            assert guardian and _running(guardian)
+            assert guardian and running(guardian)
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
         finally:
@@ -100,10 +92,10 @@ def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
         took = wait_gone(STATE_DIR / f"{rid}.json")
         assert took < 15, f"the guardian did not finish within 15 s ({took:.1f} s)"
         deadline = time.monotonic() + 5
-        while _running(guardian) and time.monotonic() < deadline:
+        while running(guardian) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _running(guardian), "the guardian did not exit after its teardown"
-        left = [p for p in victims if _running(p)]
+        assert not running(guardian), "the guardian did not exit after its teardown"
+        left = [p for p in victims if running(p)]
         assert not left, f"processes of the run outlived it: {left}"
         assert not (sd / f"testbed-{rid}.json").exists(), "file_sd entry left for Prometheus"
         assert not any(NETNS_DIR.glob(f"tb-{rid}-*"))
