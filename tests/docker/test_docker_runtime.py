@@ -28,6 +28,7 @@ from tests.integration.helpers import (
     present_objects,
     run_cli,
     run_scenario,
+    running,
     spawn_up,
 )
 from tests.integration.test_lifecycle import wait_running
@@ -257,6 +258,12 @@ def test_kill9_the_guardian_removes_containers_and_their_processes(tmp_path, ima
     while (STATE_DIR / f"{run_id}.json").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not (STATE_DIR / f"{run_id}.json").exists(), "the guardian did not finish in 60 s"
+    # It removes the state file last, then exits; wait for the exit as the netns test does.
+    guardian = st.guardian_pid
+    assert guardian is not None
+    while running(guardian) and time.monotonic() < deadline + 10:
+        time.sleep(0.1)
+    assert not running(guardian), "the guardian did not exit after its teardown"
     assert labelled(run_id) == []
     assert not [p for p in victims if Path(f"/proc/{p}").exists()]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "killed"
