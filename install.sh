@@ -87,28 +87,8 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+
   .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
 if ! .venv/bin/python -c "import horovod.torch, sys; sys.exit(horovod.__version__ != '$HOROVOD_VERSION')" 2>/dev/null; then
-  pyver=$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-  cache="${TESTBED_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/testbed/wheels}/torch-$TORCH_VERSION-$pyver"
-  wheel=$(ls "$cache"/horovod-$HOROVOD_VERSION-*.whl 2>/dev/null | head -n1 || true)
   .venv/bin/python -m pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging cffi numpy
-  if [ -z "$wheel" ]; then
-    echo "== building Horovod $HOROVOD_VERSION (Gloo, PyTorch; no MPI): about 10 minutes on 2 cores, once"
-    src=$(mktemp -d)
-    .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
-      "horovod==$HOROVOD_VERSION" -d "$src"
-    tar -xzf "$src"/horovod-$HOROVOD_VERSION.tar.gz -C "$src"
-    # torch >= 2.1 headers need C++17; Horovod 0.28.1 asks for C++14 (upstream PR #3998).
-    sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
-      "$src/horovod-$HOROVOD_VERSION/CMakeLists.txt" "$src/horovod-$HOROVOD_VERSION/horovod/torch/CMakeLists.txt"
-    mkdir -p "$cache"
-    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
-      HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
-      .venv/bin/python -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
-      -w "$cache" "$src/horovod-$HOROVOD_VERSION" >"$src/build.log" 2>&1 \
-      || { echo "install.sh: the Horovod build failed; the log is $src/build.log" >&2; tail -20 "$src/build.log" >&2; exit 1; }
-    wheel=$(ls "$cache"/horovod-$HOROVOD_VERSION-*.whl | head -n1)
-    rm -rf "$src"
-  fi
+  wheel=$(bash scripts/build-horovod.sh | tail -n1)
   echo "== installing $(basename "$wheel")"
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$wheel"
 fi

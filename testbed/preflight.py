@@ -7,6 +7,8 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
+import sys
 
 from pyroute2 import IPRoute
 
@@ -160,6 +162,13 @@ def visible_gpus() -> list[int]:
     return [i for i, line in enumerate(r.stdout.splitlines()) if line.startswith("GPU ")]
 
 
+def horovod_has_nccl(python: str = sys.executable) -> bool:
+    """Whether the Horovod the workers import reduces GPU tensors with NCCL. Asked in a child
+    so that this process need not load torch (2 s) for a scenario that uses no GPU."""
+    probe = "import sys, horovod.torch as h; sys.exit(0 if h.nccl_built() else 3)"
+    return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+
+
 def check_gpus(s: Scenario) -> list[str]:
     """Refuse GPU requests this machine cannot meet (exit 1, before anything exists); return
     the warnings of those it meets differently (`gpus: auto` on a machine without GPUs)."""
@@ -191,12 +200,13 @@ def check_gpus(s: Scenario) -> list[str]:
     workers = len(w.hosts) if w.hosts else s.topology.hosts
     per_worker = gpu_assignment(w.gpus, visible, workers)
     used = [g for d in per_worker for g in d]
+    warnings = []
     if len(used) != len(set(used)):
-        # NCCL refuses two ranks of one communicator on one device ("Duplicate GPU detected")
-        raise EnvironmentProblem(
-            f"workloads.horovod.gpus: {workers} workers would share this machine's "
-            f"{len(visible)} GPU(s), and NCCL allows one rank per GPU; run at most "
-            f"{len(visible)} workers (workloads.horovod.hosts) or leave gpus out"
+        # NCCL accepts it because each worker has its own NCCL_HOSTID (HorovodJob._device_env)
+        warnings.append(
+            f"workloads.horovod.gpus: {workers} workers share this machine's {len(visible)} "
+            "GPU(s) (NCCL allows it: each worker is a host of its own to NCCL); real-mode "
+            "compute on a shared GPU is slower than on one of its own"
         )
     if s.runtime == "docker" and not any(
         shutil.which(b)
@@ -208,10 +218,16 @@ def check_gpus(s: Scenario) -> list[str]:
             "configure --runtime=docker` and restart dockerd"
         )
     if w.backend == "horovod":
-        # The installed wheel is CPU-only, and no GPU Horovod wheel is built yet: say so
-        # rather than run on CPU while the scenario asked for GPUs.
-        raise EnvironmentProblem(
-            "workloads.horovod.gpus: the Horovod backend runs on CPU only here (its wheel is "
-            "built without NCCL); use backend: torch-ddp for GPUs"
-        )
-    return []
+        if s.runtime == "docker" and s.docker.image is None:
+            raise EnvironmentProblem(
+                "workloads.horovod.gpus: the default node image's Horovod is built without "
+                "NCCL; build images/Dockerfile.gpu and name it in docker.image, or use "
+                "backend: torch-ddp"
+            )
+        if s.runtime == "netns" and not horovod_has_nccl():
+            raise EnvironmentProblem(
+                "workloads.horovod.gpus: the installed Horovod is built without NCCL (CPU "
+                "only); build the GPU wheel with `bash scripts/build-horovod.sh --gpu` and "
+                "install it into .venv, or use backend: torch-ddp"
+            )
+    return warnings

@@ -6,7 +6,7 @@ workers reducing DDP's gradient buckets (ddp_worker.py).
   address (ddp_store.py, forked from the host's fork server, which imported torch once), so
   ranks meet over the unshaped management path. No SSH, no torchrun.
 - Data path: gloo pairs on the data interface (GLOO_SOCKET_IFNAME=eth0); with GPUs, NCCL forced
-  onto its socket transport on that interface (NCCL_SETTINGS), so every gradient byte crosses
+  onto its socket transport on that interface (horovod.NCCL_SETTINGS), so every gradient byte crosses
   the shaped, classified links. NCCL never sets IP_TOS: its packets get their DSCP from the
   same owner-group rule as Gloo's.
 """
@@ -23,35 +23,19 @@ from typing import Any
 from testbed.errors import RunFailure
 from testbed.metrics.exporters import HOROVOD_PORT
 from testbed.runtime import forkserver
-from testbed.runtime.base import NodeProcess, host_gpus
+from testbed.runtime.base import NodeProcess
 from testbed.stopping import checkpoint
-from testbed.workloads.horovod import WORKER_GID, HorovodJob, mark_group
+from testbed.workloads.horovod import (
+    WORKER_GID,
+    HorovodJob,
+    mark_group,
+    nccl_env,
+)
 
 log = logging.getLogger(__name__)
 WORKER_MODULE = "testbed.workloads.ddp_worker"
 STORE_MODULE = "testbed.workloads.ddp_store"
 PRELOAD = ("torch", "torch.distributed", WORKER_MODULE, STORE_MODULE)
-# NCCL over the emulated network: sockets on the data interface only, no InfiniBand, no
-# plugin, no shared-memory or peer-to-peer shortcuts between ranks on one machine (which would
-# bypass the shaped links entirely). Recorded in the run folder with the threads and sockets.
-NCCL_SETTINGS = {
-    "NCCL_SOCKET_IFNAME": "=eth0",
-    "NCCL_NET": "Socket",
-    "NCCL_IB_DISABLE": "1",
-    "NCCL_NET_PLUGIN": "none",
-    "NCCL_P2P_DISABLE": "1",
-    "NCCL_SHM_DISABLE": "1",
-}
-
-
-def nccl_env(cfg: Any) -> dict[str, str]:
-    """NCCL_SETTINGS plus the scenario's socket threads and sockets per thread."""
-    env = dict(NCCL_SETTINGS)
-    if cfg.nccl_socket_threads is not None:
-        env["NCCL_SOCKET_NTHREADS"] = str(cfg.nccl_socket_threads)
-    if cfg.nccl_sockets_per_thread is not None:
-        env["NCCL_NSOCKS_PERTHREAD"] = str(cfg.nccl_sockets_per_thread)
-    return env
 
 
 def gpu_assignment(gpus: Any, visible: list[int], workers: int) -> list[list[int]]:
@@ -75,12 +59,6 @@ class DdpJob(HorovodJob):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.store: NodeProcess | None = None
-        gpus = host_gpus(self.s, self.topo)  # the same devices the docker runtime passes through
-        self.devices = [gpus.get(h.name, []) for h in self.hosts]
-
-    @property
-    def on_gpu(self) -> bool:
-        return any(self.devices)
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -126,17 +104,9 @@ class DdpJob(HorovodJob):
             "OMP_NUM_THREADS": "1",
             **(nccl_env(self.cfg) if self.on_gpu else {}),
         }
-        (self.dir / "backend-env.json").write_text(
-            json.dumps(
-                {"dist_backend": cfg["dist_backend"], "env": base_env,
-                 "devices": {h.name: d for h, d in zip(self.hosts, self.devices, strict=True)}},
-                indent=1,
-            )
-        )  # fmt: skip
+        self._record_backend(cfg["dist_backend"], base_env)
         for rank, (h, devices) in enumerate(zip(self.hosts, self.devices, strict=True)):
-            env = dict(base_env)
-            if self.on_gpu:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            env = {**base_env, **self._device_env(h, devices)}
             argv = [
                 "--config", str(config),
                 "--out", str(self.dir / f"iterations-{h.name}.csv"),

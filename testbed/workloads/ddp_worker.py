@@ -39,7 +39,7 @@ from testbed.workloads.horovod_worker import (
     Recorder,
     Stamp,
     install_stop_signals,
-    small_cnn,
+    real_model,
 )
 
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
@@ -66,8 +66,9 @@ def buckets_for(params: list[int], cap_bytes: int) -> list[list[int]]:
 
 
 class StopVote:
-    def __init__(self, dist: Any, torch: Any, deadline: float | None) -> None:
+    def __init__(self, dist: Any, torch: Any, deadline: float | None, device: Any = None) -> None:
         self.dist, self.torch, self.deadline = dist, torch, deadline
+        self.device = device  # nccl reduces CUDA tensors only
         self.pending: deque[tuple[Any, Any]] = deque()
         self.last_start: float | None = None
         self.period: float | None = None
@@ -81,7 +82,7 @@ class StopVote:
             and self.period is not None
             and started + self.period >= self.deadline
         )
-        flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0])
+        flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0], device=self.device)
         work = self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX, async_op=True)
         self.pending.append((work, flag))
 
@@ -104,7 +105,7 @@ def synthetic(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadlin
     last_of = {b[-1]: k for k, b in enumerate(plan)}  # backward reaches a bucket's last layer
     world = dist.get_world_size()
     clock = Clock()
-    vote = StopVote(dist, torch, deadline)
+    vote = StopVote(dist, torch, deadline, device)
     limit = cfg.get("iterations")
     i = 0
     while limit is None or i < limit:
@@ -136,7 +137,7 @@ def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: fl
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + dist.get_rank())
-    model = small_cnn(torch).to(device)
+    model, shape, classes = real_model(torch, device)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, bucket_cap_mb=int(cfg["bucket_cap"]) / 2**20
     )
@@ -144,14 +145,14 @@ def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: fl
     loss_fn = nn.CrossEntropyLoss()
     bs = cfg.get("batch_size", 16)
     limit = cfg.get("iterations")
-    vote = StopVote(dist, torch, deadline)
+    vote = StopVote(dist, torch, deadline, device)
     i = 0
     while limit is None or i < limit:
         if vote.stop():
             break
         start = Stamp()
-        x = torch.randn(bs, 3, 32, 32, device=device)
-        y = torch.randint(0, 10, (bs,), device=device)
+        x = torch.randn(bs, *shape, device=device)
+        y = torch.randint(0, classes, (bs,), device=device)
         opt.zero_grad()
         t0 = time.perf_counter()
         loss = loss_fn(ddp(x), y)
@@ -184,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    device = torch.device(cfg.get("device", "cpu"))
+    if device.type == "cuda":
+        torch.cuda.set_device(0)  # CUDA_VISIBLE_DEVICES holds this worker's devices
     addr, port = args.store.rsplit(":", 1)
     store = dist.TCPStore(
         addr, int(port), args.world, False, timeout=datetime.timedelta(seconds=120)
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group(backend, store=store, rank=args.rank, world_size=args.world)
     rec = Recorder(args.out, args.worker, args.rank, metrics)
     print(f"worker {args.worker}: rank {args.rank} of {args.world}, {backend}, mode {cfg['mode']}")
-    dist.all_reduce(torch.zeros(1))  # every rank is connected
+    dist.all_reduce(torch.zeros(1, device=device))  # every rank is connected
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)
     if cfg["mode"] == "real":

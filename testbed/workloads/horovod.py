@@ -10,6 +10,10 @@
   Gloo rendezvous, HOROVOD_GLOO_IFACE=eth0).
 - Hostname: each worker gets its own UTS namespace with hostname = its data IP; otherwise
   one Gloo context falls back to gethostname() → 127.0.0.1 (shared/reference, checked).
+- GPUs (`gpus:`, a wheel built by scripts/build-horovod.sh --gpu): gradients live on the
+  worker's device and Horovod reduces them with NCCL, forced onto its socket transport on the
+  data interface (NCCL_SETTINGS); Gloo stays the controller. Each worker sees its devices
+  through CUDA_VISIBLE_DEVICES.
 - DSCP: Gloo never sets IP_TOS, so an iptables rule in each worker's namespace marks packets
   leaving eth0 from sockets owned by the worker's group. The worker runs with that group,
   load generators on the same host do not, so only training traffic is marked,
@@ -29,7 +33,7 @@ from typing import Any
 from testbed.errors import EnvironmentProblem, RunFailure
 from testbed.metrics import describe
 from testbed.metrics.exporters import HOROVOD_PORT
-from testbed.runtime.base import NodeProcess, Runtime
+from testbed.runtime.base import NodeProcess, Runtime, host_gpus
 from testbed.scenario import HorovodWorkload, Scenario
 from testbed.stopping import checkpoint
 from testbed.topology import Host, TopologyPlan
@@ -43,6 +47,27 @@ WORKER_GID = 64242  # the group whose sockets get Horovod's DSCP
 WORKER_MODULE = "testbed.workloads.horovod_worker"
 # imported once per run by the fork server: ~2.5 s of CPU each that workers need not repeat
 PRELOAD = ("torch", "horovod.torch", WORKER_MODULE)
+# NCCL over the emulated network: sockets on the data interface only, no InfiniBand, no
+# plugin, no shared-memory or peer-to-peer shortcuts between ranks on one machine (which would
+# bypass the shaped links entirely). Recorded in the run folder with the threads and sockets.
+NCCL_SETTINGS = {
+    "NCCL_SOCKET_IFNAME": "=eth0",
+    "NCCL_NET": "Socket",
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_NET_PLUGIN": "none",
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_SHM_DISABLE": "1",
+}
+
+
+def nccl_env(cfg: HorovodWorkload) -> dict[str, str]:
+    """NCCL_SETTINGS plus the scenario's socket threads and sockets per thread."""
+    env = dict(NCCL_SETTINGS)
+    if cfg.nccl_socket_threads is not None:
+        env["NCCL_SOCKET_NTHREADS"] = str(cfg.nccl_socket_threads)
+    if cfg.nccl_sockets_per_thread is not None:
+        env["NCCL_NSOCKS_PERTHREAD"] = str(cfg.nccl_sockets_per_thread)
+    return env
 
 
 def selected_hosts(topo: TopologyPlan, names: list[str] | None) -> list[Host]:
@@ -117,6 +142,31 @@ class HorovodJob(Synchronised):
         self.dscp = cfg.d.dscp
         self.procs: list[tuple[Host, NodeProcess]] = []
         self.rdv: Rendezvous | None = None
+        gpus = host_gpus(s, topo)  # the same devices the docker runtime passes through
+        self.devices = [gpus.get(h.name, []) for h in self.hosts]
+
+    @property
+    def on_gpu(self) -> bool:
+        return any(self.devices)
+
+    def _device_env(self, h: Host, devices: list[int]) -> dict[str, str]:
+        """A worker's devices, and its own NCCL host identity: NCCL takes ranks with one
+        hostname and boot id for one machine, and then refuses two of them on one GPU and
+        may connect them through shared memory. NCCL_HOSTID makes each worker a host of its
+        own, as it is in the emulated network, so workers may share a GPU and every byte
+        between them crosses the links."""
+        if not self.on_gpu:
+            return {}
+        hostid = f"testbed-{self.s.name}-{h.name}"
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)), "NCCL_HOSTID": hostid}
+
+    def _record_backend(self, backend: str, env: dict[str, str]) -> None:
+        """What the workers were told: the collective backend, the environment every worker
+        shares (NCCL's settings on GPUs) and the devices of each."""
+        devices = {h.name: d for h, d in zip(self.hosts, self.devices, strict=True)}
+        (self.dir / "backend-env.json").write_text(
+            json.dumps({"dist_backend": backend, "env": env, "devices": devices}, indent=1)
+        )
 
     def _config(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -126,7 +176,7 @@ class HorovodJob(Synchronised):
             "layers": [[x.name, x.params, x.forward_s, x.backward_s] for x in layers],
             "barrier": cfg.barrier,
             "iterations": cfg.iterations,
-            "device": cfg.device,
+            "device": "cuda" if self.on_gpu else cfg.device,
             "batch_size": cfg.batch_size,
             "seed": self.s.seed,
         }
@@ -149,7 +199,9 @@ class HorovodJob(Synchronised):
             "HOROVOD_CYCLE_TIME": f"{self.cfg.cycle_time * 1e3:g}",
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
+            **(nccl_env(self.cfg) if self.on_gpu else {}),
         }
+        self._record_backend("nccl" if self.on_gpu else "gloo", base_env)
         by_host = {slot.hostname: slot for slot in self.rdv.slots}
         for h in self.hosts:
             slot = by_host[str(h.data_ip)]
@@ -162,6 +214,7 @@ class HorovodJob(Synchronised):
                 "HOROVOD_LOCAL_SIZE": str(slot.local_size),
                 "HOROVOD_CROSS_RANK": str(slot.cross_rank),
                 "HOROVOD_CROSS_SIZE": str(slot.cross_size),
+                **self._device_env(h, self.devices[self.hosts.index(h)]),
             }
             argv = [
                 "--config",

@@ -150,6 +150,20 @@ def small_cnn(torch: Any) -> Any:
     )  # fmt: skip
 
 
+def real_model(torch: Any, device: Any) -> tuple[Any, tuple[int, ...], int]:
+    """The real mode's model, input shape and classes: ResNet-50 (the thesis' model; 224×224,
+    1000 classes) on a GPU where torchvision is installed, else the small CNN (32×32, 10
+    classes), which a CPU core steps in well under a second."""
+    if device.type == "cuda":
+        try:
+            import torchvision  # type: ignore[import-untyped]
+        except ImportError:
+            print("real mode: no torchvision, so the small CNN on the GPU", flush=True)
+        else:
+            return torchvision.models.resnet50().to(device), (3, 224, 224), 1000
+    return small_cnn(torch).to(device), (3, 32, 32), 10
+
+
 def install_stop_signals() -> None:
     """SIGUSR1: vote to stop (FINISH). SIGTERM: exit at once; records are flushed per
     iteration, and the backend's threads must not hold us up."""
@@ -166,7 +180,8 @@ def synthetic(
     cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder, deadline: float | None = None
 ) -> None:
     layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
-    grads = [torch.ones(int(p), dtype=torch.float32) for _, p, _, _ in layers]
+    device = torch.device(cfg.get("device", "cpu"))  # cuda: reduced by NCCL, not Gloo
+    grads = [torch.ones(int(p), dtype=torch.float32, device=device) for _, p, _, _ in layers]
     handles: list[Any] = [None] * len(layers)
     clock = Clock()
     barrier = cfg["barrier"]
@@ -218,7 +233,7 @@ def real(
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + hvd.rank())
-    model = small_cnn(torch).to(device)
+    model, shape, classes = real_model(torch, device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -231,8 +246,8 @@ def real(
         if vote.stop():
             break
         start = Stamp()
-        x = torch.randn(bs, 3, 32, 32, device=device)
-        y = torch.randint(0, 10, (bs,), device=device)
+        x = torch.randn(bs, *shape, device=device)
+        y = torch.randint(0, classes, (bs,), device=device)
         opt.zero_grad()
         t0 = time.perf_counter()
         loss = loss_fn(model(x), y)
@@ -268,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     import horovod.torch as hvd
 
+    if cfg.get("device") == "cuda":
+        torch.cuda.set_device(0)  # CUDA_VISIBLE_DEVICES holds this worker's devices
     hvd.init()
     rec = Recorder(args.out, args.worker, hvd.rank(), metrics)
     print(

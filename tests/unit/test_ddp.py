@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import ScenarioError
+from testbed import preflight
+from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.scenario import load_scenario_data
 from testbed.workloads.ddp import gpu_assignment
 from testbed.workloads.ddp_worker import buckets_for
@@ -64,3 +65,57 @@ def test_backend_and_bucket_cap_defaults():
 def test_bad_combinations_name_the_field(job, needle):
     with pytest.raises(ScenarioError, match=needle.replace(".", r"\.")):
         _load(job)
+
+
+def _gpu_scenario(job, runtime="netns", image=None):
+    data = {"name": "g", "runtime": runtime, "topology": {"hosts": 2},
+            "workloads": {"horovod": job}}  # fmt: skip
+    if image:
+        data["docker"] = {"image": image}
+    return load_scenario_data(data, "t")
+
+
+def test_workers_may_share_a_gpu_with_a_warning(monkeypatch):
+    """Two workers on one GPU: allowed (each has its own NCCL_HOSTID), said in a warning."""
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
+    w = preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 1}))
+    assert len(w) == 1 and "2 workers share" in w[0]
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1])
+    assert preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 1})) == []
+
+
+def test_gpu_refusals_name_the_field_and_the_fix(monkeypatch):
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
+    with pytest.raises(EnvironmentProblem, match="ask for at most 1"):
+        preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 2}))
+    with pytest.raises(EnvironmentProblem, match=r"devices \[3\] do not exist"):
+        preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": [3]}))
+    # Horovod on a GPU needs a wheel with NCCL: the one installed here (install.sh's) has none
+    monkeypatch.setattr(preflight, "horovod_has_nccl", lambda python=None: False)
+    with pytest.raises(EnvironmentProblem, match=r"scripts/build-horovod\.sh --gpu"):
+        preflight.check_gpus(_gpu_scenario({"gpus": 1}))
+    monkeypatch.setattr(preflight, "horovod_has_nccl", lambda python=None: True)
+    assert preflight.check_gpus(_gpu_scenario({"gpus": 1}))  # only the sharing warning
+    monkeypatch.setattr(preflight.shutil, "which", lambda b: "/usr/bin/" + b)  # a toolkit
+    with pytest.raises(EnvironmentProblem, match=r"Dockerfile\.gpu"):
+        preflight.check_gpus(_gpu_scenario({"gpus": 1}, runtime="docker"))
+    assert preflight.check_gpus(_gpu_scenario({"gpus": 1}, runtime="docker", image="mine"))
+
+
+def test_the_cpu_horovod_wheel_has_no_nccl():
+    """install.sh's wheel, asked in a child process as preflight does."""
+    pytest.importorskip("horovod.torch")
+    assert preflight.horovod_has_nccl() is False
+
+
+def test_each_gpu_worker_is_its_own_nccl_host(monkeypatch, tmp_path):
+    from testbed.topology import single_tor
+    from testbed.workloads.ddp import DdpJob
+
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
+    s = _gpu_scenario({"backend": "torch-ddp", "gpus": 1})
+    job = DdpJob(s.workloads.horovod, s, single_tor(s, "abc123"), None, tmp_path)
+    assert job.devices == [[0], [0]] and job.on_gpu
+    envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "0"]
+    assert len({e["NCCL_HOSTID"] for e in envs}) == 2
