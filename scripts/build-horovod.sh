@@ -56,8 +56,11 @@ EOF
 )
 [ "${torch_version:-none}" != none ] || die "torch is not installed (or does not import) in $PY"
 # --no-build-isolation (the build must see this torch): Horovod's build and runtime needs
-"$PY" -c 'import setuptools, wheel, cloudpickle, psutil, yaml, packaging, cffi' 2>/dev/null \
-  || die "Horovod's build needs: $PY -m pip install setuptools wheel cloudpickle psutil pyyaml packaging cffi"
+"$PY" -c 'import setuptools, cloudpickle, psutil, yaml, packaging, cffi' 2>/dev/null \
+  || die "Horovod's build needs: $PY -m pip install setuptools cloudpickle psutil pyyaml packaging cffi"
+# bdist_wheel: in setuptools since 70.1, from the wheel package before
+"$PY" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("setuptools.command.bdist_wheel") or u.find_spec("wheel")))' \
+  || die "Horovod's build needs bdist_wheel: $PY -m pip install wheel (or setuptools >= 70.1)"
 command -v cmake >/dev/null || "$PY" -c 'import cmake' 2>/dev/null \
   || die "Horovod's build needs cmake: apt-get install cmake (or $PY -m pip install cmake)"
 root="${TESTBED_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/testbed/wheels}"
@@ -67,7 +70,6 @@ env_vars=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ "$gpu" = 0 ]; then
-  [ "$torch_cuda" = none ] || die "torch $torch_version is a CUDA build: Horovod's CMake refuses a CPU-only build against it; use --gpu"
   cache="$root/torch-${torch_version%%+*}-$pyver"
 else
   [ "$torch_cuda" != none ] || die "torch $torch_version in $PY is CPU-only; a GPU wheel needs a CUDA build of torch (pip install torch==<version> from an index with CUDA wheels)"
