@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import yaml
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import (
@@ -160,6 +161,11 @@ class RichUI:
 @click.option("--seed", type=int, help="override the scenario's seed")
 @click.option("--run-id", help="fix the run id (6 hex digits) instead of a random one")
 @click.option("-v", "--verbose", is_flag=True, help="show debug messages")
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="write the scenario's expect: checks as JUnit XML to this file",
+)
 @_friendly
 def up(
     scenario: str,
@@ -168,8 +174,12 @@ def up(
     seed: int | None,
     run_id: str | None,
     verbose: bool,
+    junit: Path | None,
 ) -> None:
-    """Build the network of SCENARIO, run its workloads, write the run folder, tear down."""
+    """Build the network of SCENARIO, run its workloads, write the run folder, tear down.
+
+    Exit codes: 0 done (and every expect: check passed), 1 the run failed or this machine
+    cannot run it, 2 bad input, 3 an expect: check failed, 130 stopped by a signal."""
     from testbed.orchestrator import run
 
     s = load_scenario(scenario)
@@ -201,6 +211,68 @@ def up(
 
         _print_run(Console(), rp.describe_run(rp.Run(result.run_dir)))
     _plots_after_run(result.run_dir)
+    if s.expect:
+        _expectations(s, result.run_dir, result.summary, junit)
+    elif junit is not None:
+        _write_junit(junit, [], s.name, result.run_dir)
+
+
+def _write_junit(path: Path, outcomes: list[Any], suite: str, run_dir: Path) -> None:
+    from testbed import expect
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(expect.junit(outcomes, suite, str(run_dir)))
+
+
+def _expectations(
+    s: Any, run_dir: Path, summary: dict[str, Any], junit: Path | None, keep: bool = True
+) -> None:
+    """Print each check with what was measured, keep them in the run folder (`up`; `report`
+    leaves the folder as it is), exit 3 on any failure."""
+    from testbed import expect
+
+    outcomes = expect.verdict(s, summary)
+    if keep:
+        (run_dir / "expectations.json").write_text(json.dumps(expect.to_json(outcomes), indent=2))
+    out = Console(highlight=False)
+    for o in outcomes:
+        colour = "green" if o.passed else "red"
+        out.print(f"[{colour}]{o.line()}[/]", soft_wrap=True)
+    if junit is not None:
+        _write_junit(junit, outcomes, s.name, run_dir)
+    failed = sum(not o.passed for o in outcomes)
+    if failed:
+        err_console.print(f"[bold red]{failed} of {len(outcomes)} expectations failed[/]")
+        sys.exit(3)
+    out.print(f"all {len(outcomes)} expectations passed")
+
+
+def _report_expect(runs: tuple[Path, ...], expect_file: Path, junit: Path | None) -> None:
+    """Checks from a file on an existing run: validated against the run's own scenario."""
+    if len(runs) != 1:
+        raise ScenarioError("--expect: give one RUN folder")
+    run_dir = runs[0]
+    summary_path, scenario_path = run_dir / "summary.json", run_dir / "scenario.yaml"
+    if not summary_path.is_file() or not scenario_path.is_file():
+        raise ScenarioError(f"{run_dir}: not a run folder (no summary.json and scenario.yaml)")
+    if not expect_file.is_file():
+        raise ScenarioError(f"--expect: {expect_file}: no such file")
+    try:
+        data = yaml.safe_load(expect_file.read_text())
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"--expect: {expect_file}: not valid YAML: {e}") from None
+    checks = data.get("expect") if isinstance(data, dict) else data
+    if not isinstance(checks, list):
+        raise ScenarioError(
+            f"{expect_file}: write an expect: list, e.g. expect: ['websearch.censored == 0']"
+        )
+    from testbed.scenario import load_scenario_data
+
+    base = yaml.safe_load(scenario_path.read_text())
+    base.pop("expect", None)
+    s = load_scenario_data({**base, "expect": checks}, str(expect_file))
+    summary = json.loads(summary_path.read_text())
+    _expectations(s, run_dir, summary, junit, keep=False)
 
 
 def _plots_after_run(run_dir: Path) -> None:
@@ -280,12 +352,36 @@ def _print_result(run_dir: Path, summary: dict[str, Any]) -> None:
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
 @click.option("--no-plots", is_flag=True, help="do not write PNG plots")
+@click.option(
+    "--expect",
+    "expect_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML file with an expect: list of checks to evaluate on the RUN folder (exit 3 on a failure)",
+)
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="with --expect: write the checks as JUnit XML to this file",
+)
 @_friendly
-def report(runs: tuple[Path, ...], as_json: bool, no_plots: bool) -> None:
+def report(
+    runs: tuple[Path, ...],
+    as_json: bool,
+    no_plots: bool,
+    expect_file: Path | None,
+    junit: Path | None,
+) -> None:
     """Summarise RUN folders; with several, compare them against the first (the baseline).
-    Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map."""
+    Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map.
+    With --expect FILE, evaluate the checks in FILE on one RUN folder instead."""
     from testbed import aggregate as ag
     from testbed import report as rp
+
+    if expect_file is not None:
+        _report_expect(runs, expect_file, junit)
+        return
+    if junit is not None:
+        raise ScenarioError("--junit: goes with --expect FILE")
 
     if len(runs) == 1 and ag.is_sweep(runs[0]):
         _report_sweep(runs[0], as_json, no_plots)

@@ -531,6 +531,11 @@ class Scenario(BaseModel):
     )
     workloads: Workloads = Field(default_factory=Workloads)
     metrics: Metrics = Field(default_factory=Metrics)
+    expect: list[str] = Field(
+        default_factory=list,
+        description="checks over the run's summary, e.g. 'websearch.fct_s.small.p99 < 20ms' or "
+        "'horovod.iteration_time_s.mean < 1.05 * predicted'; any failure makes `up` exit 3",
+    )
 
     @field_validator("tc_profile", mode="before")
     @classmethod
@@ -623,6 +628,29 @@ class Scenario(BaseModel):
                 loc, _, msg = str(e).partition(": ")
                 raise _FieldError(("workloads", key, loc), msg) from None
         return self
+
+    @model_validator(mode="after")
+    def _expect(self) -> Scenario:
+        from testbed import expect
+
+        try:
+            self.checks()
+        except expect.ExpectError as e:
+            raise _FieldError(("expect", e.index), e.msg) from None
+        return self
+
+    def checks(self) -> list[Any]:
+        """The `expect:` list as expect.Check objects (checked against what this scenario's
+        summary will hold)."""
+        from testbed import expect
+
+        h = self.workloads.horovod
+        return expect.parse(
+            self.expect,
+            [k for k in ("horovod", "websearch", "linkcheck") if getattr(self.workloads, k)],
+            self.tc_profile.class_names,
+            has_prediction=h is not None and h.mode == "synthetic",
+        )
 
     def timeline(self, t0: float = 0.0) -> Window:
         """The run's timeline with the workloads' common start at t0 (offsets when t0 = 0)."""
