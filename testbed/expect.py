@@ -130,7 +130,11 @@ class Outcome:
 
     def line(self) -> str:
         mark = "PASS" if self.passed else "FAIL"
-        vals = ", ".join(f"{p}={fmt(v, self.check.kind)}" for p, v in self.measured[:4]) + (
+        shown = self.measured
+        if not self.passed and self.limit is not None:  # the values that break it first
+            op, limit = OPS[self.check.op], self.limit
+            shown = sorted(shown, key=lambda pv: pv[1] is not None and op(pv[1], limit))
+        vals = ", ".join(f"{p}={fmt(v, self.check.kind)}" for p, v in shown[:4]) + (
             f", … ({len(self.measured)} values)" if len(self.measured) > 4 else ""
         )
         limit = "" if self.limit is None else f" (limit {fmt(self.limit, self.check.kind)})"
