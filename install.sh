@@ -13,7 +13,8 @@ fi
 PYTHON=${PYTHON:-python3}
 # binary → Debian package that provides it
 declare -A NEED=([ip]=iproute2 [nsenter]=util-linux [unshare]=util-linux [ping]=iputils-ping
-  [iptables]=iptables [cmake]=cmake [g++]=g++ [make]=make [prometheus]=prometheus [promtool]=prometheus)
+  [iptables]=iptables [cmake]=cmake [g++]=g++ [make]=make [prometheus]=prometheus [promtool]=prometheus
+  [iperf3]=iperf3)  # iperf3: for your own measurements in a held run (testbed exec)
 missing=()
 for bin in "${!NEED[@]}"; do
   command -v "$bin" >/dev/null 2>&1 || missing+=("${NEED[$bin]}")

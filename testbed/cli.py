@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -166,6 +167,15 @@ class RichUI:
     type=click.Path(dir_okay=False, path_type=Path),
     help="write the scenario's expect: checks as JUnit XML to this file",
 )
+@click.option(
+    "--hold",
+    is_flag=False,
+    flag_value="forever",
+    default=None,
+    metavar="[DURATION]",
+    help="after the workloads (at once if there are none) keep the hosts up for your own "
+    "tools (testbed exec/shell) until Ctrl-C, SIGTERM or DURATION",
+)
 @_friendly
 def up(
     scenario: str,
@@ -175,13 +185,26 @@ def up(
     run_id: str | None,
     verbose: bool,
     junit: Path | None,
+    hold: str | None,
 ) -> None:
     """Build the network of SCENARIO, run its workloads, write the run folder, tear down.
 
-    Exit codes: 0 done (and every expect: check passed), 1 the run failed or this machine
-    cannot run it, 2 bad input, 3 an expect: check failed, 130 stopped by a signal."""
+    Exit codes: 0 done (and every expect: check passed; a held run ended by Ctrl-C too), 1 the
+    run failed or this machine cannot run it, 2 bad input, 3 an expect: check failed, 130
+    stopped by a signal."""
     from testbed.orchestrator import run
 
+    hold_s = None
+    if hold is not None:
+        try:
+            hold_s = math.inf if hold == "forever" else parse_duration(hold)
+        except ValueError as e:
+            raise ScenarioError(
+                f"--hold: {e}; write e.g. --hold 10m, or --hold alone (until Ctrl-C) after "
+                "the scenario"
+            ) from None
+        if hold_s <= 0:
+            raise ScenarioError("--hold: the duration must be positive, e.g. 10m")
     s = load_scenario(scenario)
     d = None
     if duration is not None:
@@ -203,7 +226,7 @@ def up(
     )
     with Progress(*columns, console=err_console, transient=False) as progress:
         ui = RichUI(progress)
-        result = run(s, out=out, run_id=run_id, ui=ui)
+        result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s)
         ui.done()
     _print_result(result.run_dir, result.summary)
     if result.summary.get("horovod") or result.summary.get("websearch"):
@@ -831,6 +854,34 @@ def down(force: bool) -> None:
         sys.exit(1)
 
 
+@main.command(
+    "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@click.option("--run", "run_id", help="the run (default: the only live one)")
+@click.argument("host")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@_friendly
+def exec_(run_id: str | None, host: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND inside HOST of a live run: `testbed exec h1 -- iperf3 -c h2`.
+
+    Its input, output and exit status are the command's own. An argument that is exactly a
+    host's name stands for that host's data address. Teardown ends whatever it started."""
+    from testbed.access import run_in_host
+
+    run_in_host(run_id, host, list(command))
+
+
+@main.command()
+@click.option("--run", "run_id", help="the run (default: the only live one)")
+@click.argument("host")
+@_friendly
+def shell(run_id: str | None, host: str) -> None:
+    """An interactive shell inside HOST of a live run (exit it to come back)."""
+    from testbed.access import run_in_host
+
+    run_in_host(run_id, host, [], shell=True)
+
+
 @main.command()
 @_friendly
 def status() -> None:
@@ -865,6 +916,19 @@ def status() -> None:
             st.out_dir,
         )
     Console().print(t)
+    for st in states:
+        if not st.alive() or not st.hosts:
+            continue
+        h = Table(title=f"run {st.run_id}: hosts ({st.runtime})", title_justify="left")
+        for col in ("host", "data address", "management address"):
+            h.add_column(col)
+        for x in st.hosts:
+            h.add_row(x["name"], x["data_ip"], x["mgmt_ip"])
+        Console().print(h)
+        click.echo(
+            f"reach a host: testbed exec --run {st.run_id} HOST -- CMD, or testbed shell "
+            f"--run {st.run_id} HOST"
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import subprocess
 import sys
 import time
@@ -213,19 +214,25 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
 
 
 def run(
-    s: Scenario, out: Path | None = None, run_id: str | None = None, ui: UI | None = None
+    s: Scenario,
+    out: Path | None = None,
+    run_id: str | None = None,
+    ui: UI | None = None,
+    hold: float | None = None,
 ) -> RunResult:
+    """One run. `hold` (seconds, math.inf for until a signal): after the workloads, or at once
+    when there are none, keep the network up for the user's own tools (`testbed exec`)."""
     ui = ui or QuietUI()
     with signals_flag() as stop:
         s, c = prepare(s, out, run_id)
         try:
-            return _claimed(s, c, ui, stop)
+            return _claimed(s, c, ui, stop, hold)
         finally:
             with signals_ignored():
                 c.release()
 
 
-def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag) -> RunResult:
+def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) -> RunResult:
     state, run_id, run_dir = c.state, c.state.run_id, c.run_dir
     image = node_image(s, run_id, ui)
     stop.check()
@@ -244,7 +251,7 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag) -> RunResult:
     status, error = "ok", None
     try:
         result.summary = _live(
-            s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image
+            s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image, hold
         )
     except Interrupted as e:
         status, error = "interrupted", f"stopped by {e.signame}"
@@ -302,6 +309,7 @@ def _live(
     warnings: list[str],
     stop: StopFlag,
     image: str | None,
+    hold: float | None = None,
 ) -> dict[str, Any]:
     topo = single_tor(s, run_id)
     rt = make_runtime(s, topo, state, run_dir, image)
@@ -313,6 +321,11 @@ def _live(
         t0 = time.monotonic()
         rt.build()
         t_build = time.monotonic() - t0
+        state.hosts = [
+            {"name": h.name, "netns": h.netns, "data_ip": str(h.data_ip), "mgmt_ip": str(h.mgmt_ip)}
+            for h in topo.hosts
+        ]
+        state.save()  # for `testbed status` and `testbed exec`
         stop.check()
 
         ui.phase("shaping links")
@@ -350,35 +363,46 @@ def _live(
         state.set_phase("starting workloads")
         metrics.start({w.name: w.targets() for w in workloads}, state.record)
         stop.check()
-        for w in workloads:
-            w.launch()
-            stop.check()
-        t_ready = _wait_ready(workloads, metrics, ui, stop, rt)
-        window = s.timeline(time.time() + START_MARGIN_S)
-        for w in workloads:
-            w.go(window)
-        state.set_phase("running")  # every workload process exists and has its t0
-        log.info(
-            "workloads ready in %.1f s; t0 in %.1f s, measured window [%.1f s, %.1f s] of %.1f s",
-            t_ready, START_MARGIN_S, window.warmup, window.duration - window.cooldown, s.duration,
-        )  # fmt: skip
-        ui.phase("running")
-        snaps = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)
-        state.set_phase("draining")
-        _drain(window, workloads, metrics, rt, plans, ui, stop)
-        t_drain = max(0.0, time.time() - window.end)
+        held: dict[str, Any] | None = None
+        sections: dict[str, Any] = {}
+        if workloads or hold is None:
+            for w in workloads:
+                w.launch()
+                stop.check()
+            t_ready = _wait_ready(workloads, metrics, ui, stop, rt)
+            window = s.timeline(time.time() + START_MARGIN_S)
+            for w in workloads:
+                w.go(window)
+            state.set_phase("running")  # every workload process exists and has its t0
+            log.info(
+                "workloads ready in %.1f s; t0 in %.1f s, measured window [%.1f s, %.1f s] of %.1f s",
+                t_ready, START_MARGIN_S, window.warmup, window.duration - window.cooldown, s.duration,
+            )  # fmt: skip
+            ui.phase("running")
+            snaps = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)
+            state.set_phase("draining")
+            _drain(window, workloads, metrics, rt, plans, ui, stop)
+            t_drain = max(0.0, time.time() - window.end)
 
-        stop.check()
-        ui.phase("collecting")
-        state.set_phase("collecting")
-        for w in workloads:
-            w.finish()
-        final = _settled_snapshot(rt, plans)
-        metrics.update(plans, final)
-        metrics.final_scrape()
-        sections = {}
-        for w in workloads:
-            sections[w.name] = w.collect()
+            stop.check()
+            ui.phase("collecting")
+            state.set_phase("collecting")
+            for w in workloads:
+                w.finish()
+            final = _settled_snapshot(rt, plans)
+            metrics.update(plans, final)
+            metrics.final_scrape()
+            for w in workloads:
+                sections[w.name] = w.collect()
+        else:  # --hold without workloads: the links' counters cover the hold itself
+            t_ready = t_drain = 0.0
+            w0 = _snapshot(rt, plans)
+            held = _hold(hold, run_id, topo, state, ui, stop, rt, metrics, plans)
+            final = _settled_snapshot(rt, plans)
+            metrics.update(plans, final)
+            metrics.final_scrape()
+            window = Window(w0[0], max(final[0] - w0[0], 1e-3), 0.0, 0.0, 0.0)
+            snaps = (w0, final)
         summary = {
             "scenario": s.name,
             "run_id": run_id,
@@ -395,6 +419,10 @@ def _live(
             **sections,
         }  # fmt: skip
         summary["metrics"] = metrics.section(summary)
+        if hold is not None and held is None:
+            held = _hold(hold, run_id, topo, state, ui, stop, rt, metrics, plans)
+        if held is not None:
+            summary["hold"] = held
         return summary
     finally:
         # each part stops even when another fails: the netlink sockets close whatever happens
@@ -410,6 +438,45 @@ def _live(
             log.exception("stopping metrics failed")
         finally:
             rt.close()
+
+
+def _hold(
+    limit: float,
+    run_id: str,
+    topo: TopologyPlan,
+    state: RunState,
+    ui: UI,
+    stop: StopFlag,
+    rt: Runtime,
+    metrics: MetricsSession,
+    plans: list[InterfacePlan],
+) -> dict[str, Any]:
+    """`up --hold`: the network stays up for the user's own tools until `limit` seconds have
+    passed or a stop signal comes. That signal ends the hold, which is how a hold is meant to
+    end: the run then tears down as always and counts as done (exit 0); a second signal
+    during the teardown is ignored as always."""
+    until = "a stop signal" if math.isinf(limit) else f"{limit:g} s have passed or a stop signal"
+    ends = time.strftime("%H:%M:%S", time.localtime(time.time() + limit)) if limit < 1e9 else ""
+    state.set_phase(f"held until {ends} or Ctrl-C" if ends else "held until Ctrl-C")
+    first = topo.hosts[0].name
+    log.info(
+        "run %s held until %s: `testbed exec %s -- CMD`, `testbed shell %s`, `testbed status` "
+        "for the hosts and their addresses",
+        run_id, until, first, first,
+    )  # fmt: skip
+    ui.phase("held: Ctrl-C tears down" if math.isinf(limit) else f"held for {limit:g} s")
+    t0 = time.monotonic()
+    ended = "duration"
+    while (left := limit - (time.monotonic() - t0)) > 0:
+        if stop.signame is not None:
+            ended, stop.signame = stop.signame, None
+            break
+        rt.check()  # a container that died
+        metrics.update(plans, _snapshot(rt, plans))  # Prometheus sees the user's traffic too
+        time.sleep(min(POLL_S, left))
+    took = time.monotonic() - t0
+    log.info("hold of run %s ended after %.1f s (%s)", run_id, took, ended)
+    return {"held_s": round(took, 3), "ended_by": ended}
 
 
 def node_image(s: Scenario, run_id: str, ui: UI) -> str | None:

@@ -54,6 +54,8 @@ class RunState:
     # its prefixes while this one is still building steps aside from them
     root_prefixes: list[str] = field(default_factory=list)
     guardian_pid: int | None = None
+    # the hosts once built: name, netns (a container's name too), data_ip, mgmt_ip
+    hosts: list[dict[str, str]] = field(default_factory=list)
     # Each object: {"kind": "netns"|"link"|"qdisc"|"process"|"container", ...}, in creation
     # order. A netns with "attached": true is a container's namespace, bound under /run/netns.
     objects: list[dict[str, Any]] = field(default_factory=list)
