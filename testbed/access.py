@@ -75,7 +75,7 @@ def argv_for(st: RunState, host: dict[str, Any], command: list[str], tty: bool) 
     path = NETNS_DIR / host["netns"]
     if not path.exists():
         raise ScenarioError(f"run {st.run_id}: host {host['name']}'s namespace is gone ({path})")
-    return [nsenter, f"--net={path}", *command]  # (this nsenter takes no "--")
+    return [nsenter, f"--net={path}", "--", *command]
 
 
 def shell_command(st: RunState, host: dict[str, Any]) -> list[str]:

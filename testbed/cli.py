@@ -868,7 +868,10 @@ def exec_(run_id: str | None, host: str, command: tuple[str, ...]) -> None:
     host's name stands for that host's data address. Teardown ends whatever it started."""
     from testbed.access import run_in_host
 
-    run_in_host(run_id, host, list(command))
+    cmd = list(command)
+    if cmd[:1] == ["--"]:  # click keeps the separator among unprocessed arguments
+        cmd = cmd[1:]
+    run_in_host(run_id, host, cmd)
 
 
 @main.command()

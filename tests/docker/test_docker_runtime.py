@@ -388,3 +388,28 @@ def test_docker_firewall_is_left_alone_and_netns_still_passes_traffic(tmp_path, 
 
     assert rules(after) == rules(saved)
     assert os.path.exists("/var/run/docker.sock")
+
+
+def test_exec_runs_in_a_held_container_host(tmp_path, image):
+    """`testbed exec` on the docker runtime: the command runs in the host's container (its
+    hostname, its data address), its exit status comes back, and the teardown removes it."""
+    from tests.integration.test_hold import tb_exec, wait_held
+
+    p = tmp_path / "held.yaml"
+    p.write_text("name: held\nruntime: docker\ntopology: {hosts: 2, link_rate: 50mbit}\n")
+    run_id = "d0c0e1"
+    proc = spawn_up(str(p), "--hold", "--out", str(tmp_path / "run"), "--run-id", run_id)
+    try:
+        st = wait_held(run_id, proc, timeout=180)
+        r = tb_exec(run_id, "h2", "--", "hostname")
+        assert r.returncode == 0 and r.stdout.strip() == "h2", r.stdout + r.stderr
+        r = tb_exec(run_id, "h1", "--", "ping", "-c", "1", "-W", "2", "h2")
+        assert r.returncode == 0 and st.hosts[1]["data_ip"] in r.stdout, r.stdout + r.stderr
+        assert tb_exec(run_id, "h1", "--", "sh", "-c", "exit 5").returncode == 5
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert labelled(run_id) == []

@@ -1,0 +1,149 @@
+"""`up --hold`, `exec` and `shell`: the user's own tools inside a live run's hosts, measured
+against the link's cap by iperf3 (another tool than testbed's own), and nothing of theirs left
+after the teardown."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.state import STATE_DIR, RunState
+from tests.integration.helpers import run_cli, running, spawn_up
+
+RATE = 50e6
+# iperf3 counts TCP payload; HTB counts whole frames: 1448 B of payload (MSS 1460 less 12 B of
+# timestamps) in 1514 B on the wire (+ 20 IP + 32 TCP + 14 Ethernet)
+PAYLOAD_SHARE = 1448 / 1514
+
+
+def _scenario(tmp_path: Path, extra: str = "") -> Path:
+    p = tmp_path / "held.yaml"
+    p.write_text(f"name: held\ntopology: {{hosts: 3, link_rate: 50mbit}}\n{extra}")
+    return p
+
+
+def wait_held(run_id: str, proc: subprocess.Popen[str], timeout: float = 60) -> RunState:
+    path = STATE_DIR / f"{run_id}.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if path.exists():
+            st = RunState.load(path)
+            if st.phase.startswith("held"):
+                return st
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} was never held")
+
+
+def tb_exec(run_id: str, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return run_cli("exec", "--run", run_id, *cmd, timeout=timeout)
+
+
+def _iperf(run_id: str, client: str, server: str, reverse: bool) -> float:
+    """Receiver goodput in bit/s, from iperf3's own JSON report."""
+    r = tb_exec(run_id, client, "--", "iperf3", "-c", server, "-t", "4", "-O", "1", "-J",
+                *(["-R"] if reverse else []))  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]
+
+
+def test_iperf3_through_exec_measures_the_cap_both_ways_and_teardown_ends_it(tmp_path):
+    run_id = "401d01"
+    out = tmp_path / "run"
+    proc = spawn_up(str(_scenario(tmp_path)), "--hold", "--out", str(out), "--run-id", run_id)
+    try:
+        st = wait_held(run_id, proc)
+        assert [h["name"] for h in st.hosts] == ["h1", "h2", "h3"]
+        status = run_cli("status")
+        assert st.hosts[1]["data_ip"] in status.stdout and "testbed exec --run" in status.stdout
+
+        # a host name stands for its data address; exit status and output pass through
+        ping = tb_exec(run_id, "h1", "--", "ping", "-c", "2", "-W", "2", "h3")
+        assert ping.returncode == 0 and "2 received" in ping.stdout, ping.stdout + ping.stderr
+        assert tb_exec(run_id, "h1", "--", "sh", "-c", "exit 7").returncode == 7
+        name = tb_exec(run_id, "h2", "--", "ip", "-4", "-o", "addr", "show", "eth0")
+        assert st.hosts[1]["data_ip"] in name.stdout
+
+        assert tb_exec(run_id, "h2", "--", "iperf3", "-s", "-D").returncode == 0
+        time.sleep(0.5)
+        up = _iperf(run_id, "h1", "h2", reverse=False)  # h1 → h2: h1's uplink, h2's downlink
+        down = _iperf(run_id, "h1", "h2", reverse=True)  # h2 → h1
+        for got in (up, down):
+            assert 0.95 <= got / (RATE * PAYLOAD_SHARE) <= 1.05, (up, down)
+
+        sleeper = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testbed.cli",
+                "exec",
+                "--run",
+                run_id,
+                "h3",
+                "--",
+                "sleep",
+                "600",
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        time.sleep(1.0)
+        daemons = subprocess.run(["pgrep", "-f", "iperf3 -s -D|^sleep 600"], capture_output=True,
+                                 text=True).stdout.split()  # fmt: skip
+        assert len(daemons) == 2, daemons
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        assert proc.returncode == 0, proc.communicate()
+        sleeper.wait(10)  # its command was ended by the teardown
+        assert not [p for p in daemons if running(p)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "ok" and s["hold"]["ended_by"] == "SIGINT"
+    # the links were counted over the hold: iperf3's 2 × 4 s at 50 Mbit/s crossed h1's links
+    h1_up = next(x for x in s["links"] if x["node"] == "h1" and x["direction"] == "up")
+    assert sum(c["bytes"] for c in h1_up["classes"].values()) > 0.8 * 4 * RATE / 8
+
+
+def test_a_hold_with_a_duration_ends_by_itself(tmp_path):
+    out = tmp_path / "run"
+    r = run_cli("up", str(_scenario(tmp_path)), "--hold", "2s", "--out", str(out), timeout=60)
+    assert r.returncode == 0, r.stderr
+    hold = json.loads((out / "summary.json").read_text())["hold"]
+    assert hold["ended_by"] == "duration" and 2.0 <= hold["held_s"] < 4.0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--run", "abcdef", "h1", "--", "true"), "no run abcdef"),
+        (("h1", "--", "true"), "no live run"),
+    ],
+)
+def test_exec_without_a_run_is_one_line_and_exit_2(args, needle):
+    r = run_cli("exec", *args)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_exec_on_an_unknown_host_names_the_hosts(tmp_path):
+    run_id = "401d02"
+    proc = spawn_up(str(_scenario(tmp_path)), "--hold", "--out", str(tmp_path / "r"),
+                    "--run-id", run_id)  # fmt: skip
+    try:
+        wait_held(run_id, proc)
+        r = tb_exec(run_id, "h9", "--", "true")
+        assert r.returncode == 2 and "no host 'h9'" in r.stderr and "h1 h2 h3" in r.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
