@@ -29,7 +29,6 @@ from xml.etree import ElementTree as ET
 
 from testbed.units import (
     format_duration,
-    format_rate,
     format_size,
     parse_duration,
     parse_rate,
@@ -37,7 +36,7 @@ from testbed.units import (
 )
 
 # the kind of each number: s (seconds), B (bytes), bps (bits/s), pct (0-100), 1 (plain)
-_STATS = {"count": "1", "mean": "s", "p50": "s", "p99": "s"}
+_STATS = {"count": "1", "mean": "s", "p50": "s", "p99": "s", "max": "s"}
 _FCT = {"count": "1", "censored": "1", "failed": "1", "mean": "s", "p50": "s", "p99": "s"}
 CLASS = "<class>"  # the scenario's tc profile classes
 TEMPLATE: dict[str, Any] = {
@@ -82,6 +81,7 @@ TEMPLATE: dict[str, Any] = {
         "dscp": "1",
     },
     "linkcheck": {
+        "window_s": ["s"],
         "link_rate_bps": "bps",
         "bulk": [{"dscp": "1", "bytes": "B", "goodput_bps": "bps"}],
         "short": {"size_bytes": "B", "started": "1", "completed": "1", "fct_s": _STATS},
@@ -149,8 +149,8 @@ def fmt(v: float | None, kind: str) -> str:
         return format_duration(v)
     if kind == "B":
         return format_size(round(v))
-    if kind == "bps":
-        return format_rate(round(v))
+    if kind == "bps":  # readable, not exact (format_rate spells exact tc rates)
+        return f"{v / 1e9:.4g}gbit" if v >= 1e9 else f"{v / 1e6:.4g}mbit"
     if kind == "pct":
         return f"{v:g}%"
     return f"{v:g}"
