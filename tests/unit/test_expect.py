@@ -113,3 +113,12 @@ def test_junit_holds_one_case_per_check_with_the_measured_value():
     assert cases[0].find("failure") is None and "18.5ms" in (cases[0].findtext("system-out") or "")
     failure = cases[1].find("failure")
     assert failure is not None and "h1/up.classes.low.drops=3" in failure.get("message", "")
+
+
+def test_the_ci_example_loads_with_its_checks():
+    from pathlib import Path
+
+    from testbed.scenario import load_scenario
+
+    s = load_scenario(Path(__file__).resolve().parents[2] / "examples/ci/smoke-expect.yaml")
+    assert len(s.checks()) == 4
