@@ -407,7 +407,7 @@ def _live(
             "scenario": s.name,
             "run_id": run_id,
             "runtime": s.runtime,
-            "duration_s": s.duration,
+            "duration_s": window.duration,  # a hold without workloads: the hold
             "seed": s.seed,
             "tc_profile": s.tc_profile.name,
             "started_at": window.t0,

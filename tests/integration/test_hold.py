@@ -116,8 +116,10 @@ def test_a_hold_with_a_duration_ends_by_itself(tmp_path):
     out = tmp_path / "run"
     r = run_cli("up", str(_scenario(tmp_path)), "--hold", "2s", "--out", str(out), timeout=60)
     assert r.returncode == 0, r.stderr
-    hold = json.loads((out / "summary.json").read_text())["hold"]
+    s = json.loads((out / "summary.json").read_text())
+    hold = s["hold"]
     assert hold["ended_by"] == "duration" and 2.0 <= hold["held_s"] < 4.0
+    assert s["duration_s"] == pytest.approx(hold["held_s"], abs=0.5)  # the links' window
 
 
 @pytest.mark.parametrize(
@@ -133,7 +135,7 @@ def test_exec_without_a_run_is_one_line_and_exit_2(args, needle):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_exec_on_an_unknown_host_names_the_hosts(tmp_path):
+def test_exec_on_an_unknown_host_names_the_hosts_and_shell_runs_there(tmp_path):
     run_id = "401d02"
     proc = spawn_up(str(_scenario(tmp_path)), "--hold", "--out", str(tmp_path / "r"),
                     "--run-id", run_id)  # fmt: skip
@@ -141,6 +143,10 @@ def test_exec_on_an_unknown_host_names_the_hosts(tmp_path):
         wait_held(run_id, proc)
         r = tb_exec(run_id, "h9", "--", "true")
         assert r.returncode == 2 and "no host 'h9'" in r.stderr and "h1 h2 h3" in r.stderr
+        # `shell` reads its commands from stdin when it is not a terminal
+        st = RunState.load(STATE_DIR / f"{run_id}.json")
+        r = run_cli("shell", "--run", run_id, "h2", input="ip -4 -o addr show eth0\nexit 4\n")
+        assert r.returncode == 4 and st.hosts[1]["data_ip"] in r.stdout, r.stdout + r.stderr
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
