@@ -89,11 +89,15 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
     assert low["goodput_bps"] <= 0.05 * rate, f"low got {low['goodput_bps'] / rate:.1%}"
     up = link(s, "h1", "up")["classes"]
     assert up["high"]["rate_bps"] >= 0.90 * rate
-    # Backlogged, not dead: the low class keeps its guaranteed share, thesis-2band's 1 % of the
-    # link = 500 kbit/s, by the kernel's class counters over the window. Broken looks like: a
-    # starved low class (0, or the handshake's few hundred bytes), or no priority (~25 Mbit/s).
+    # Backlogged, not dead: the low class keeps at least its guaranteed share, thesis-2band's 1 %
+    # of the link = 500 kbit/s, by the kernel's class counters over the window. It may borrow
+    # what the high sender leaves idle (on a loaded 2-core CI machine the high sender stalls at
+    # times: 1.34 Mbit/s was seen), but the two classes together never exceed the link, and the
+    # low class stays far below a fair share. Broken looks like: a starved low class (0, or the
+    # handshake's few hundred bytes), no priority (~25 Mbit/s), or classes beating the cap.
     guaranteed = 0.01 * rate
-    assert 0.5 * guaranteed <= up["low"]["rate_bps"] <= 2 * guaranteed, up["low"]
+    assert 0.5 * guaranteed <= up["low"]["rate_bps"] <= 0.05 * rate, up["low"]
+    assert up["high"]["rate_bps"] + up["low"]["rate_bps"] <= 1.02 * rate, up
     # Over the same window, the low class on h1's uplink carried the low flow's bytes as its
     # receiver counted them, plus headers: 1514/1448 (+4.6 %) of the payload, with 100 ms
     # goodput samples at the window's edges. Broken looks like: the low flow's data counted
