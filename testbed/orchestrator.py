@@ -32,7 +32,7 @@ from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.shaping.stats import class_counters
 from testbed.state import RunLock, RunState, all_states, claiming
 from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
-from testbed.topology import TopologyPlan, names_for, new_run_id, single_tor, valid_run_id
+from testbed.topology import TopologyPlan, build_plan, names_for, new_run_id, valid_run_id
 from testbed.window import Window
 from testbed.workloads.linkcheck import Linkcheck
 
@@ -206,6 +206,7 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
     preflight.require_root("testbed up")
     preflight.require_binaries()
     preflight.check_gpus(s)
+    preflight.tcp_congestion(s)
     if run_id is not None and not valid_run_id(run_id):
         raise ScenarioError(f"--run-id: {run_id!r} must be 6 lowercase hex digits, e.g. 3fa9c1")
     if out is not None and out.exists() and any(out.iterdir()):
@@ -311,12 +312,12 @@ def _live(
     image: str | None,
     hold: float | None = None,
 ) -> dict[str, Any]:
-    topo = single_tor(s, run_id)
+    topo = build_plan(s, run_id)
     rt = make_runtime(s, topo, state, run_dir, image)
     workloads: list[Workload] = []
     metrics: MetricsSession | None = None
     try:
-        ui.phase(f"building {len(topo.hosts)} hosts")
+        ui.phase(f"building {len(topo.hosts)} hosts, {len(topo.switches)} switch(es)")
         state.set_phase("building")
         t0 = time.monotonic()
         rt.build()
@@ -349,8 +350,9 @@ def _live(
                 warnings.append(note)
                 log.warning(note)
         log.info(
-            "built %d hosts in %.2f s, shaped %d link directions in %.2f s",
+            "built %d hosts and %d switch(es) in %.2f s, shaped %d link directions in %.2f s",
             len(topo.hosts),
+            len(topo.switches),
             t_build,
             len(plans),
             t_shape,
@@ -410,6 +412,8 @@ def _live(
             "duration_s": window.duration,  # a hold without workloads: the hold
             "seed": s.seed,
             "tc_profile": s.tc_profile.name,
+            "topology": topo.kind,
+            "tcp_congestion": preflight.tcp_congestion(s),
             "started_at": window.t0,
             "window": window.summary(),
             "setup_s": {"build": round(t_build, 3), "shape": round(t_shape, 3),
@@ -665,6 +669,9 @@ def _links(
             {
                 "node": p.end.node,
                 "direction": p.end.direction,
+                "from": p.end.src,
+                "to": p.end.dst,
+                "tier": p.end.tier,
                 "rate_bps": p.rate_bps,
                 "netns": p.end.netns,
                 "ifname": p.end.ifname,

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from pyroute2 import IPRoute
 
@@ -36,6 +37,37 @@ def require_binaries() -> None:
     for name, pkg in BINARIES.items():
         if shutil.which(name) is None:
             raise EnvironmentProblem(f"the {name} binary is missing; install {pkg}")
+
+
+CONGESTION = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+AVAILABLE_CONGESTION = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+ALLOWED_CONGESTION = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+
+
+def tcp_congestion(s: Scenario) -> str:
+    """The congestion control the hosts will use: the scenario's, or this machine's default
+    (new namespaces inherit it). Outside the root namespace the kernel lets a namespace
+    choose only the algorithms in the machine-wide allowed list (EPERM otherwise), and
+    changing that list is the machine owner's decision, so a missing one is refused."""
+    default = CONGESTION.read_text().strip()
+    want = s.topology.tcp
+    if want is None or want == default:
+        return default
+    available = AVAILABLE_CONGESTION.read_text().split()
+    allowed = ALLOWED_CONGESTION.read_text().split()
+    if want not in available:
+        raise EnvironmentProblem(
+            f"topology.tcp: this kernel has no {want!r} congestion control (it has "
+            f"{', '.join(available)}); load it with `modprobe tcp_{want}`, or choose one of those"
+        )
+    if want not in allowed:
+        raise EnvironmentProblem(
+            f"topology.tcp: {want!r} is loaded but not in net.ipv4.tcp_allowed_congestion_control "
+            f"({' '.join(allowed)}), so namespaces may not use it; allow it with `sysctl -w "
+            f"net.ipv4.tcp_allowed_congestion_control='{' '.join([*allowed, want])}'`, or "
+            f"choose one of {', '.join(sorted({*allowed, default}))}"
+        )
+    return want
 
 
 def kernel_capabilities(state: RunState | None = None) -> Capabilities:

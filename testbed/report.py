@@ -46,14 +46,26 @@ class Run:
         return self.summary.get("websearch")
 
     def utilization(self) -> dict[str, dict[str, float]]:
-        """Mean share of the link per direction and class over the run window (0–1)."""
+        """Mean share of the link per direction and class over the run window (0–1): host
+        links as "up"/"down" (the thesis' view), fabric links, where there are any, as
+        "fabric up"/"fabric down"."""
         out: dict[str, dict[str, float]] = {}
-        for direction in ("up", "down"):
-            links = [x for x in self.summary.get("links", []) if x["direction"] == direction]
+        for tier, direction in (
+            ("host", "up"),
+            ("host", "down"),
+            ("fabric", "up"),
+            ("fabric", "down"),
+        ):
+            links = [
+                x
+                for x in self.summary.get("links", [])
+                if x["direction"] == direction and x.get("tier", "host") == tier
+            ]
             if not links:
                 continue
+            key = direction if tier == "host" else f"fabric {direction}"
             classes = sorted({c for x in links for c in x["classes"]})
-            out[direction] = {
+            out[key] = {
                 c: sum(
                     (x["classes"].get(c, {}).get("rate_bps") or 0) / x["rate_bps"] for x in links
                 )
@@ -267,9 +279,14 @@ def plot_utilization(run: Run, out: Path) -> Path | None:
     links = run.summary.get("links") or []
     if not rows or not links:
         return None
-    rate = {(x["node"], x["direction"]): x["rate_bps"] for x in links}
+    # host links only: the thesis' per-host view (fabric links are in the summary)
+    rate = {
+        (x["node"], x["direction"]): x["rate_bps"] for x in links if x.get("tier", "host") == "host"
+    }
     series: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
     for r in rows:
+        if (r["node"], r["direction"]) not in rate:
+            continue
         series.setdefault((r["node"], r["direction"], r["class"]), []).append(
             (float(r["time"]), int(r["bytes"]))
         )

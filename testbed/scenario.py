@@ -7,6 +7,7 @@ so the `scenario.yaml` written into a run folder is complete on its own.
 from __future__ import annotations
 
 import ipaddress
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -117,37 +118,111 @@ class _FieldError(ValueError):
 
 
 class Topology(BaseModel):
-    """A single top-of-rack switch with N hosts; every host link is shaped in both directions."""
+    """The switches, hosts and links; every link is shaped in both directions.
+
+    single-tor: one switch with `hosts` hosts. leaf-spine: `leaves` routed leaf switches with
+    `hosts_per_leaf` hosts each, every leaf linked to each of `spines` spine switches."""
 
     model_config = _Strict
 
-    kind: Literal["single-tor"] = "single-tor"
-    hosts: int = Field(ge=2, le=250, description="number of hosts on the switch")
+    kind: Literal["single-tor", "leaf-spine"] = "single-tor"
+    hosts: int = Field(
+        ge=2, le=1000, description="number of hosts (leaf-spine: leaves × hosts_per_leaf)"
+    )
+    leaves: int | None = Field(None, ge=1, le=64, description="leaf-spine: leaf switches")
+    spines: int | None = Field(None, ge=1, le=16, description="leaf-spine: spine switches")
+    hosts_per_leaf: int | None = Field(None, ge=1, le=250, description="leaf-spine: hosts per leaf")
     link_rate: Rate = Field(
         100_000_000,
         ge=8_000,
         le=400_000_000_000,
-        description="rate cap per direction, e.g. 100mbit or 10gbit",
+        description="rate cap per direction of every host link, e.g. 100mbit or 10gbit",
     )
-    delay: Duration = Field(0.0, ge=0, le=10, description="one-way delay per direction (netem)")
+    fabric_rate: Rate | None = Field(
+        None,
+        ge=8_000,
+        le=400_000_000_000,
+        description="leaf-spine: rate cap per direction of every leaf–spine link "
+        "(default: from oversubscription)",
+    )
+    oversubscription: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="leaf-spine: hosts' capacity per leaf over its fabric capacity "
+        "(default 1: non-blocking); sets fabric_rate",
+    )
+    delay: Duration = Field(
+        0.0, ge=0, le=10, description="one-way delay per link direction (netem)"
+    )
     jitter: Duration = Field(0.0, ge=0, le=10, description="delay variation (netem)")
-    loss: Percent = Field(0.0, ge=0, le=100, description="random loss per direction (netem)")
+    loss: Percent = Field(0.0, ge=0, le=100, description="random loss per link direction (netem)")
     queue_limit: int | None = Field(
         None,
         ge=1,
         le=1_000_000,
         description="FIFO length per class in packets (overrides the profile)",
     )
+    tcp: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9_]+$",
+        description="TCP congestion control in every host, e.g. cubic, reno, bbr, dctcp "
+        "(default: this machine's own, recorded in summary.json)",
+    )
     prefix: Prefix = Field(
-        ipaddress.IPv4Network("10.10.0.0/24"), description="data addresses (the shaped network)"
+        ipaddress.IPv4Network("10.10.0.0/24"),
+        description="data addresses (the shaped network); the default grows to fit the hosts",
     )
     management_prefix: Prefix = Field(
         ipaddress.IPv4Network("10.11.0.0/24"),
-        description="unshaped management path from the host machine to every node",
+        description="unshaped management path from the host machine to every node; the "
+        "default grows to fit the hosts",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, data: Any) -> Any:
+        """leaf-spine derives `hosts`; the leaf-spine fields mean nothing on one switch."""
+        if not isinstance(data, dict):
+            return data
+        fabric = ("leaves", "spines", "hosts_per_leaf", "fabric_rate", "oversubscription")
+        if data.get("kind", "single-tor") != "leaf-spine":
+            for k in fabric:
+                if data.get(k) is not None:
+                    raise _FieldError((k,), "only for kind: leaf-spine; remove it, or set kind")
+            return data
+        for k in ("leaves", "spines", "hosts_per_leaf"):
+            if data.get(k) is None:
+                raise _FieldError((k,), "leaf-spine needs leaves, spines and hosts_per_leaf")
+        if data.get("fabric_rate") is not None and data.get("oversubscription") is not None:
+            raise _FieldError(
+                ("oversubscription",), "give fabric_rate or oversubscription, not both"
+            )
+        try:
+            derived = int(data["leaves"]) * int(data["hosts_per_leaf"])
+        except (TypeError, ValueError):
+            return data  # the field validators say what is wrong
+        if data.get("hosts") is not None and data["hosts"] != derived:
+            raise _FieldError(
+                ("hosts",),
+                f"leaf-spine has leaves × hosts_per_leaf = {derived} hosts, not {data['hosts']}; "
+                "remove hosts",
+            )
+        return {**data, "hosts": derived}
+
+    @property
+    def fabric_link_rate(self) -> int:
+        """leaf-spine: a leaf's hosts can send hosts_per_leaf × link_rate; its spine links
+        carry that over the oversubscription ratio, split over the spines."""
+        if self.fabric_rate is not None:
+            return self.fabric_rate
+        per, spines = self.hosts_per_leaf or self.hosts, self.spines or 1
+        return max(8_000, round(per * self.link_rate / spines / (self.oversubscription or 1.0)))
 
     @model_validator(mode="after")
     def _fits(self) -> Topology:
+        from testbed.topology import data_addresses
+
         if self.jitter > 0 and self.delay == 0:
             raise _FieldError(
                 ("jitter",), "needs a delay: set topology.delay too (e.g. delay: 1ms)"
@@ -157,14 +232,33 @@ class Topology(BaseModel):
                 ("jitter",),
                 f"{format_duration(self.jitter)} must not exceed delay ({format_duration(self.delay)})",
             )
-        for field in ("prefix", "management_prefix"):
+        needed = {
+            "prefix": data_addresses(self.kind, self.hosts, self.leaves or 1, self.spines or 1),
+            "management_prefix": self.hosts + 3,  # network, broadcast, the root side's own
+        }
+        for field, count in needed.items():
             net: ipaddress.IPv4Network = getattr(self, field)
-            room = net.num_addresses - 3  # network, broadcast, and the management side's own
-            if self.hosts > room:
-                raise _FieldError(
-                    (field,),
-                    f"{net} has room for {room} hosts, not {self.hosts}; use a larger prefix",
+            if net.num_addresses >= count:
+                continue
+            if field not in self.model_fields_set:
+                # a default grows in place (10.10.0.0/24 → /22); not through __setattr__,
+                # which would count it as set by the user (preflight moves defaults only)
+                bits = math.ceil(math.log2(count))
+                object.__setattr__(
+                    self, field, ipaddress.IPv4Network((int(net.network_address), 32 - bits))
                 )
+                continue
+            least = f"at least /{32 - math.ceil(math.log2(count))}"
+            if self.kind == "leaf-spine" and field == "prefix":
+                msg = (
+                    f"{net} has {net.num_addresses} addresses; {self.leaves} leaves of "
+                    f"{self.hosts_per_leaf} hosts and {self.spines} spines need {count} (a subnet "
+                    f"per leaf, a /31 per fabric link); use a larger prefix ({least})"
+                )
+            else:
+                room = net.num_addresses - (count - self.hosts)
+                msg = f"{net} has room for {room} hosts, not {self.hosts}; use a larger prefix ({least})"
+            raise _FieldError((field,), msg)
         if self.prefix.overlaps(self.management_prefix):
             raise _FieldError(
                 ("management_prefix",),
@@ -214,12 +308,13 @@ class LinkcheckWorkload(BaseModel):
 
     model_config = _Strict
 
-    pattern: Literal["ring", "single", "incast", "outcast"] = Field(
+    pattern: Literal["ring", "single", "incast", "outcast", "across"] = Field(
         "ring",
         description=(
             "who sends to whom: ring (h_i → h_i+1, every link busy), single (h1 → h2), "
             "incast (every host → h1: tests the shared downlink), outcast (h1 → every host: "
-            "tests the uplink)"
+            "tests the uplink), across (every host → the host at its place on the next leaf; "
+            "single-tor: the host half the ring away)"
         ),
     )
     bulk_classes: list[str] | None = Field(

@@ -1,28 +1,45 @@
 """The node/link graph and address plan of one run, computed without touching the kernel.
 
-Single ToR layout (every name carries the run id, so two runs never collide):
+A topology is nodes (hosts and switches, each a network namespace) and links between them,
+every link shaped in both directions from the same plan code. Two generators make the graph:
+
+single-tor: one L2 switch (a bridge) with N hosts, the thesis' layout:
 
     root namespace                switch namespace tb-<id>-sw        host namespace tb-<id>-h<i>
     tb<id>  (mgmt bridge) ─ tb<id>m<i> ══════════════════════════════ mgmt0   (unshaped)
                                   br0 ─ h<i>  ════════════════════════ eth0    (shaped both ways)
 
-The data switch lives in its own namespace, so the shaped network has no interface, address
-or route in the root namespace at all. The management bridge is the only thing in the root
-namespace; its ports are isolated, so hosts cannot reach each other through it (traffic
-between hosts must cross the shaped links), and hosts get no default route.
+leaf-spine: L leaves and S spines, each switch a namespace that routes (L3). Several spines
+on L2 bridges would loop, so every leaf has a subnet of its own (its hosts on a bridge with
+the leaf's gateway address), every leaf–spine link is a /31, leaves reach other leaves by
+ECMP over all spines (5-tuple hash), and spines have one route per leaf subnet:
+
+    tb-<id>-leaf<i>: br0 (gateway) ─ h<k> ══ eth0 of host h<k>     host link, tier "host"
+                     s<j> ══════════════════ l<i> of tb-<id>-spine<j>   fabric link, tier "fabric"
+
+Links are named (the `node` label of summaries and metrics) after the host for host links,
+so the thesis' per-host uplink/downlink view stays, and `leaf<i>-spine<j>` for fabric links;
+"up" is always away from the hosts. The data network has no interface, address or route in
+the root namespace, and no namespace has a default route: traffic cannot leave the testbed.
+The management bridge is the only thing in the root namespace; its ports are isolated, so
+hosts cannot reach each other through it.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 import secrets
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
-from testbed.scenario import Scenario
+if TYPE_CHECKING:
+    from testbed.scenario import Scenario
 
 RUN_ID_LEN = 6
 Direction = Literal["up", "down"]
+Tier = Literal["host", "fabric"]
+Role = Literal["tor", "leaf", "spine"]
 
 
 def new_run_id() -> str:
@@ -44,32 +61,88 @@ class Host:
     mgmt_ip: ipaddress.IPv4Address
     mgmt_peer: str  # root-namespace end of the management veth
     switch_port: str  # switch-namespace end of the data veth
+    switch: str = "sw"  # the switch it hangs off (its namespace: Switch.netns)
+    prefixlen: int = 24  # of its data subnet
+    gateway: ipaddress.IPv4Address | None = None  # routed topologies: its leaf's address
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str  # sw, leaf1, spine1
+    netns: str
+    role: Role
+    bridge: str | None = None  # where hosts attach (tor, leaf)
+    gateway: ipaddress.IPv4Interface | None = None  # a leaf's address on its bridge
+
+
+@dataclass(frozen=True)
+class Port:
+    """One end of a link: an interface in a node's namespace."""
+
+    node: str
+    netns: str
+    ifname: str
+    address: ipaddress.IPv4Interface | None = None  # fabric /31s; host ends are set by Host
+
+
+@dataclass(frozen=True)
+class Link:
+    """A cable between a lower node (host, leaf) and an upper one (switch, spine)."""
+
+    name: str  # label in summaries and metrics: the host's name, or leaf<i>-spine<j>
+    a: Port  # lower end: its egress is the "up" direction
+    b: Port  # upper end: its egress is the "down" direction
+    rate_bps: int
+    tier: Tier
+
+
+@dataclass(frozen=True)
+class Route:
+    netns: str
+    dst: ipaddress.IPv4Network
+    via: tuple[ipaddress.IPv4Address, ...]  # more than one: ECMP
 
 
 @dataclass(frozen=True)
 class LinkEnd:
     """One shaped direction: the egress queue of `ifname` in `netns`."""
 
-    node: str
+    node: str  # the link's name
     direction: Direction
     netns: str
     ifname: str
+    src: str = ""  # the node that sends into this queue
+    dst: str = ""  # the node at the far end
+    tier: Tier = "host"
+    rate_bps: int | None = None  # None: the scenario's link_rate
 
 
 @dataclass(frozen=True)
 class TopologyPlan:
     run_id: str
-    switch_ns: str
-    bridge: str
+    kind: str
+    switches: tuple[Switch, ...]
+    links: tuple[Link, ...]
+    routes: tuple[Route, ...]
     mgmt_bridge: str  # in the root namespace
     mgmt_bridge_ip: ipaddress.IPv4Address
     data_prefix: ipaddress.IPv4Network
     mgmt_prefix: ipaddress.IPv4Network
     hosts: tuple[Host, ...]
+    hosts_per_switch: int
+    tcp_congestion: str | None = None  # set in every host; None: the machine's default
 
     @property
     def namespaces(self) -> list[str]:
-        return [self.switch_ns, *(h.netns for h in self.hosts)]
+        return [*self.switch_namespaces, *(h.netns for h in self.hosts)]
+
+    @property
+    def switch_namespaces(self) -> list[str]:
+        return [sw.netns for sw in self.switches]
+
+    @property
+    def routed(self) -> bool:
+        return any(sw.role != "tor" for sw in self.switches)
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -77,13 +150,26 @@ class TopologyPlan:
                 return h
         raise KeyError(name)
 
+    def switch(self, name: str) -> Switch:
+        for sw in self.switches:
+            if sw.name == name:
+                return sw
+        raise KeyError(name)
+
     def link_ends(self) -> list[LinkEnd]:
-        """Uplink: host → switch, the host's eth0. Downlink: switch → host, the switch port,
-        where traffic from several senders meets (the queue that matters)."""
+        """Both directions of every link. A host link's uplink is the host's eth0; its downlink
+        is the switch port, where traffic from several senders meets (the queue that matters).
+        A fabric link's up direction is the leaf's port toward the spine."""
         ends: list[LinkEnd] = []
-        for h in self.hosts:
-            ends.append(LinkEnd(h.name, "up", h.netns, h.data_if))
-            ends.append(LinkEnd(h.name, "down", self.switch_ns, h.switch_port))
+        for lk in self.links:
+            ends.append(
+                LinkEnd(lk.name, "up", lk.a.netns, lk.a.ifname, lk.a.node, lk.b.node, lk.tier,
+                        lk.rate_bps)
+            )  # fmt: skip
+            ends.append(
+                LinkEnd(lk.name, "down", lk.b.netns, lk.b.ifname, lk.b.node, lk.a.node, lk.tier,
+                        lk.rate_bps)
+            )  # fmt: skip
         return ends
 
 
@@ -96,32 +182,147 @@ def names_for(run_id: str) -> dict[str, str]:
     }
 
 
+def _host(
+    n: dict[str, str],
+    i: int,
+    data_ip: ipaddress.IPv4Address,
+    mgmt_ip: ipaddress.IPv4Address,
+    **kw: Any,
+) -> Host:
+    return Host(
+        name=f"h{i}",
+        index=i,
+        netns=f"{n['prefix']}h{i}",
+        data_if="eth0",
+        data_ip=data_ip,
+        mgmt_if="mgmt0",
+        mgmt_ip=mgmt_ip,
+        mgmt_peer=f"{n['mgmt_bridge']}m{i}",
+        switch_port=f"h{i}",
+        **kw,
+    )
+
+
+def _host_link(h: Host, sw: Switch, rate: int) -> Link:
+    return Link(
+        h.name,
+        Port(h.name, h.netns, h.data_if),
+        Port(sw.name, sw.netns, h.switch_port),
+        rate,
+        "host",
+    )
+
+
 def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
     t = s.topology
     n = names_for(run_id)
     data = list(t.prefix.hosts())
     mgmt = list(t.management_prefix.hosts())
+    sw = Switch("sw", n["switch_ns"], "tor", bridge="br0")
     hosts = tuple(
-        Host(
-            name=f"h{i}",
-            index=i,
-            netns=f"{n['prefix']}h{i}",
-            data_if="eth0",
-            data_ip=data[i - 1],
-            mgmt_if="mgmt0",
-            mgmt_ip=mgmt[i],  # mgmt[0] is the root namespace's end
-            mgmt_peer=f"{n['mgmt_bridge']}m{i}",
-            switch_port=f"h{i}",
-        )
+        # mgmt[0] is the root namespace's end
+        _host(n, i, data[i - 1], mgmt[i], prefixlen=t.prefix.prefixlen)
         for i in range(1, t.hosts + 1)
     )
     return TopologyPlan(
         run_id=run_id,
-        switch_ns=n["switch_ns"],
-        bridge="br0",
+        kind="single-tor",
+        switches=(sw,),
+        links=tuple(_host_link(h, sw, t.link_rate) for h in hosts),
+        routes=(),
         mgmt_bridge=n["mgmt_bridge"],
         mgmt_bridge_ip=mgmt[0],
         data_prefix=t.prefix,
         mgmt_prefix=t.management_prefix,
         hosts=hosts,
+        hosts_per_switch=t.hosts,
     )
+
+
+def leaf_block(hosts_per_leaf: int) -> int:
+    """Addresses of one leaf's subnet: its hosts, the gateway, network and broadcast."""
+    return 2 ** math.ceil(math.log2(hosts_per_leaf + 3))
+
+
+def data_addresses(kind: str, hosts: int, leaves: int = 1, spines: int = 1) -> int:
+    """Addresses the data prefix must span: one subnet per leaf, then a /31 per fabric link."""
+    if kind == "single-tor":
+        return hosts + 2
+    return leaves * leaf_block(hosts // leaves) + 2 * leaves * spines
+
+
+def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
+    t = s.topology
+    n = names_for(run_id)
+    L, S, per = t.leaves, t.spines, t.hosts_per_leaf
+    assert L is not None and S is not None and per is not None  # the schema fills them
+    fabric_rate = t.fabric_link_rate
+    mgmt = list(t.management_prefix.hosts())
+    base = int(t.prefix.network_address)
+    block = leaf_block(per)
+    block_len = 32 - int(math.log2(block))
+    spines = tuple(Switch(f"spine{j}", f"{n['prefix']}spine{j}", "spine") for j in range(1, S + 1))
+    leaves: list[Switch] = []
+    hosts: list[Host] = []
+    links: list[Link] = []
+    routes: list[Route] = []
+    subnets: list[ipaddress.IPv4Network] = []
+    for i in range(1, L + 1):
+        subnet = ipaddress.IPv4Network((base + (i - 1) * block, block_len))
+        subnets.append(subnet)
+        gw = subnet.network_address + 1
+        leaf = Switch(
+            f"leaf{i}",
+            f"{n['prefix']}leaf{i}",
+            "leaf",
+            bridge="br0",
+            gateway=ipaddress.IPv4Interface(f"{gw}/{block_len}"),
+        )
+        leaves.append(leaf)
+        for k in range(per):
+            idx = (i - 1) * per + k + 1
+            h = _host(
+                n, idx, gw + 1 + k, mgmt[idx], switch=leaf.name, prefixlen=block_len, gateway=gw
+            )
+            hosts.append(h)
+            links.append(_host_link(h, leaf, t.link_rate))
+    fabric = base + L * block
+    for i, leaf in enumerate(leaves, start=1):
+        nexthops = []
+        for j, spine in enumerate(spines, start=1):
+            k = (i - 1) * S + (j - 1)
+            lo = ipaddress.IPv4Address(fabric + 2 * k)
+            hi = lo + 1
+            links.append(
+                Link(
+                    f"{leaf.name}-{spine.name}",
+                    Port(leaf.name, leaf.netns, f"s{j}", ipaddress.IPv4Interface(f"{lo}/31")),
+                    Port(spine.name, spine.netns, f"l{i}", ipaddress.IPv4Interface(f"{hi}/31")),
+                    fabric_rate,
+                    "fabric",
+                )
+            )
+            nexthops.append(hi)
+            routes.append(Route(spine.netns, subnets[i - 1], (lo,)))
+        # the whole data prefix over every spine; the leaf's own subnet and its /31s are
+        # connected routes, more specific, so only other leaves' traffic takes this one
+        routes.append(Route(leaf.netns, t.prefix, tuple(nexthops)))
+    return TopologyPlan(
+        run_id=run_id,
+        kind="leaf-spine",
+        switches=(*leaves, *spines),
+        links=tuple(links),
+        routes=tuple(routes),
+        mgmt_bridge=n["mgmt_bridge"],
+        mgmt_bridge_ip=mgmt[0],
+        data_prefix=t.prefix,
+        mgmt_prefix=t.management_prefix,
+        hosts=tuple(hosts),
+        hosts_per_switch=per,
+    )
+
+
+def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
+    """The graph of the scenario's topology kind."""
+    plan = leaf_spine(s, run_id) if s.topology.kind == "leaf-spine" else single_tor(s, run_id)
+    return replace(plan, tcp_congestion=s.topology.tcp)

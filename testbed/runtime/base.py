@@ -1,10 +1,10 @@
 """What a run needs of a runtime, and the choice between them.
 
-A runtime makes the nodes of a topology (hosts and the switch) and the links between them,
+A runtime makes the nodes of a topology (hosts and switches) and the links between them,
 opens netlink inside a node, starts processes there, and tears it all down from the state
 file. Every other stage (shaping plan and its application, workloads, metrics, report) talks
 to this interface only. Nodes are named by their namespace key from the topology plan
-(`Host.netns`, `TopologyPlan.switch_ns`); each runtime makes that name reachable under
+(`Host.netns`, `Switch.netns`); each runtime makes that name reachable under
 /run/netns, so `ip netns exec` works on every runtime too.
 """
 

@@ -203,8 +203,9 @@ class DockerRuntime(NetnsRuntime):
 
     def _make_nodes(self) -> None:
         p = self.plan
-        self.state.record({"kind": "netns", "name": p.switch_ns})
-        create_netns(p.switch_ns)
+        self.state.record(*({"kind": "netns", "name": ns} for ns in p.switch_namespaces))
+        for ns in p.switch_namespaces:
+            create_netns(ns)
         self.state.record(
             *({"kind": "container", "name": h.netns, "node": h.name} for h in p.hosts),
             *({"kind": "netns", "name": h.netns, "attached": True} for h in p.hosts),

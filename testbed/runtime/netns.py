@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import itertools
 import logging
 import os
@@ -29,7 +30,7 @@ from testbed.errors import RunFailure
 from testbed.runtime import forkserver
 from testbed.runtime.base import NodeProcess
 from testbed.state import RunState, proc_start_time
-from testbed.topology import TopologyPlan
+from testbed.topology import Host, Link, Switch, TopologyPlan
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
 
 
 class NetnsRuntime:
-    """Builds the single-ToR network of `plan`, recording each object in `state` first."""
+    """Builds the network of `plan` (any topology kind), recording each object in `state` first."""
 
     name = "netns"
     shares_hostname = True
@@ -148,32 +149,97 @@ class NetnsRuntime:
             write_sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1")
             ipr = self.ipr(ns)
             ipr.link("set", index=self._ifindex(ns, "lo"), state="up")
-
-        # br_netfilter (loaded by dockerd, among others) would pass every bridged frame through
-        # netfilter in the switch: the switch is ours and has no rules, so turn that off there
-        for family in ("iptables", "ip6tables", "arptables"):
-            write_sysctl(p.switch_ns, f"net.bridge.bridge-nf-call-{family}", "0")
-        sw = self.ipr(p.switch_ns)
-        sw.link("add", ifname=p.bridge, kind="bridge")
-        br = self._ifindex(p.switch_ns, p.bridge)
-        sw.link("set", index=br, state="up")
-        for h in p.hosts:
-            sw.link(
-                "add",
-                ifname=h.switch_port,
-                kind="veth",
-                peer={"ifname": h.data_if, "net_ns_fd": h.netns},
-            )
-            port = self._ifindex(p.switch_ns, h.switch_port)
-            sw.link("set", index=port, master=br)
-            sw.link("set", index=port, state="up")
-            hi = self.ipr(h.netns)
-            eth = self._ifindex(h.netns, h.data_if)
-            hi.addr("add", index=eth, address=str(h.data_ip), prefixlen=p.data_prefix.prefixlen)
-            hi.link("set", index=eth, state="up")
-            disable_offloads(h.netns, [h.data_if])
-        disable_offloads(p.switch_ns, [h.switch_port for h in p.hosts])
+        for sw in p.switches:
+            self._build_switch(sw)
+        by_switch = {sw.name: sw for sw in p.switches}
+        for lk in p.links:
+            if lk.tier == "host":
+                self._build_host_link(p.host(lk.a.node), by_switch[lk.b.node])
+            else:
+                self._build_fabric_link(lk)
+        for sw in p.switches:
+            ports = [lk.b.ifname for lk in p.links if lk.b.node == sw.name]
+            ports += [lk.a.ifname for lk in p.links if lk.a.node == sw.name]
+            disable_offloads(sw.netns, ports)
+        for r in p.routes:
+            self._add_route(r.netns, r.dst, r.via)
         self._build_management()
+
+    def _build_switch(self, sw: Switch) -> None:
+        """A bridge for the hosts (tor, leaf); routing on (leaf, spine). The switch is ours and
+        has no netfilter rules: br_netfilter (loaded by dockerd, among others) would pass
+        every bridged frame through netfilter there, so that is off."""
+        for family in ("iptables", "ip6tables", "arptables"):
+            write_sysctl(sw.netns, f"net.bridge.bridge-nf-call-{family}", "0")
+        if sw.role != "tor":
+            write_sysctl(sw.netns, "net.ipv4.ip_forward", "1")
+            # ECMP by 5-tuple, so the flows between two hosts spread over the spines
+            write_sysctl(sw.netns, "net.ipv4.fib_multipath_hash_policy", "1")
+            # replies may come back over another spine than their request took
+            for conf in ("all", "default"):
+                write_sysctl(sw.netns, f"net.ipv4.conf.{conf}.rp_filter", "0")
+        if sw.bridge is None:
+            return
+        ipr = self.ipr(sw.netns)
+        ipr.link("add", ifname=sw.bridge, kind="bridge")
+        br = self._ifindex(sw.netns, sw.bridge)
+        if sw.gateway is not None:
+            ipr.addr(
+                "add", index=br, address=str(sw.gateway.ip), prefixlen=sw.gateway.network.prefixlen
+            )
+        ipr.link("set", index=br, state="up")
+
+    def _build_host_link(self, h: Host, sw: Switch) -> None:
+        """The veth is created in the switch with its peer placed straight into the host."""
+        assert sw.bridge is not None
+        si = self.ipr(sw.netns)
+        si.link(
+            "add",
+            ifname=h.switch_port,
+            kind="veth",
+            peer={"ifname": h.data_if, "net_ns_fd": h.netns},
+        )
+        port = self._ifindex(sw.netns, h.switch_port)
+        si.link("set", index=port, master=self._ifindex(sw.netns, sw.bridge))
+        si.link("set", index=port, state="up")
+        hi = self.ipr(h.netns)
+        eth = self._ifindex(h.netns, h.data_if)
+        hi.addr("add", index=eth, address=str(h.data_ip), prefixlen=h.prefixlen)
+        hi.link("set", index=eth, state="up")
+        disable_offloads(h.netns, [h.data_if])
+        if self.plan.tcp_congestion is not None:  # per namespace; new ones copy the machine's
+            write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", self.plan.tcp_congestion)
+        if h.gateway is not None:  # the data prefix only: no default route, nothing leaves
+            self._add_route(h.netns, self.plan.data_prefix, (h.gateway,))
+
+    def _build_fabric_link(self, lk: Link) -> None:
+        a = self.ipr(lk.a.netns)
+        a.link(
+            "add",
+            ifname=lk.a.ifname,
+            kind="veth",
+            peer={"ifname": lk.b.ifname, "net_ns_fd": lk.b.netns},
+        )
+        for end in (lk.a, lk.b):
+            ipr = self.ipr(end.netns)
+            idx = self._ifindex(end.netns, end.ifname)
+            if end.address is not None:
+                ipr.addr(
+                    "add",
+                    index=idx,
+                    address=str(end.address.ip),
+                    prefixlen=end.address.network.prefixlen,
+                )
+            ipr.link("set", index=idx, state="up")
+
+    def _add_route(
+        self, ns: str, dst: ipaddress.IPv4Network, via: tuple[ipaddress.IPv4Address, ...]
+    ) -> None:
+        ipr = self.ipr(ns)
+        if len(via) == 1:
+            ipr.route("add", dst=str(dst), gateway=str(via[0]))
+        else:
+            ipr.route("add", dst=str(dst), multipath=[{"gateway": str(g)} for g in via])
 
     def _build_management(self) -> None:
         """Root-namespace bridge with one isolated port per host: root reaches every host,

@@ -37,7 +37,7 @@ stops accepting it without a warning.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from testbed.shaping.profile import TcProfile
 from testbed.topology import LinkEnd
@@ -187,4 +187,14 @@ def plan_interface(
 def plan_links(
     ends: list[LinkEnd], link: LinkSpec, profile: TcProfile, netem_available: bool
 ) -> list[InterfacePlan]:
-    return [plan_interface(e, link, profile, netem_available) for e in ends]
+    """Every direction of every link from one spec; a link's own rate (fabric links) wins.
+    A DSCP class is a class everywhere: the same profile on host and fabric links."""
+    return [
+        plan_interface(
+            e,
+            link if e.rate_bps is None else replace(link, rate_bps=e.rate_bps),
+            profile,
+            netem_available,
+        )
+        for e in ends
+    ]

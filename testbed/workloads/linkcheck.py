@@ -41,6 +41,10 @@ def pairs(topo: TopologyPlan, pattern: str) -> list[tuple[Host, Host]]:
         return [(h, hs[0]) for h in hs[1:]]
     if pattern == "outcast":
         return [(hs[0], h) for h in hs[1:]]
+    if pattern == "across":
+        # leaf-spine: every flow leaves its leaf and crosses the fabric
+        shift = topo.hosts_per_switch if topo.hosts_per_switch < len(hs) else len(hs) // 2
+        return [(hs[i], hs[(i + shift) % len(hs)]) for i in range(len(hs))]
     return [(hs[i], hs[(i + 1) % len(hs)]) for i in range(len(hs))]
 
 

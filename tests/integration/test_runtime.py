@@ -98,13 +98,15 @@ def test_root_namespace_holds_only_the_management_bridge(network):
     names = {link.get_attr("IFLA_IFNAME") for link in rt.ipr(None).get_links()}
     ours = {n for n in names if n.startswith(f"tb{topo.run_id}")}
     assert ours == {topo.mgmt_bridge} | {h.mgmt_peer for h in topo.hosts}
-    assert topo.bridge not in names and not any(h.switch_port in names for h in topo.hosts)
+    assert topo.switch("sw").bridge not in names and not any(
+        h.switch_port in names for h in topo.hosts
+    )
 
 
 def test_segmentation_offloads_are_off_on_shaped_interfaces(network):
     topo, _ = network
     checks = [(h.netns, h.data_if) for h in topo.hosts] + [
-        (topo.switch_ns, h.switch_port) for h in topo.hosts
+        (topo.switch("sw").netns, h.switch_port) for h in topo.hosts
     ]
     for ns, ifname in checks:
         with inside(ns):

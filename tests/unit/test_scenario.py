@@ -84,7 +84,7 @@ def test_defaults():
         ),
         (
             lambda d: d["topology"].update(hosts=30, prefix="10.1.0.0/28"),
-            "topology.prefix: 10.1.0.0/28 has room for 13 hosts",
+            "topology.prefix: 10.1.0.0/28 has room for 14 hosts, not 30; use a larger prefix (at least /27)",
         ),
         (
             lambda d: d["topology"].update(management_prefix="10.10.0.0/16"),
@@ -225,7 +225,8 @@ def test_prometheus_on_is_refused_with_the_choices(tmp_path, word):
         ),
         (
             "workloads: {linkcheck: {pattern: on}}\n",
-            "workloads.linkcheck.pattern: must be one of 'ring', 'single', 'incast' or 'outcast', "
+            "workloads.linkcheck.pattern: must be one of 'ring', 'single', 'incast', 'outcast' or "
+            "'across', "
             "got true (YAML reads",
         ),
         (
