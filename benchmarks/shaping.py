@@ -1,22 +1,34 @@
-"""Shaping fidelity and speed. Builds its own small topologies with `testbed`'s real code path
+"""Shaping fidelity and speed. Builds its own topologies with `testbed`'s real code path
 (orchestrator.run), prints what it measures, and ends with one JSON line:
 
-  goodput_ratio      single-flow TCP goodput / configured cap (fifo profile); at most
-                     1448/1514 ≈ 0.956, since HTB counts Ethernet frames and TCP carries 1448 B each
+  goodput_ratio      single-flow TCP goodput / configured cap (fifo profile), at 10 Mbit/s to
+                     10 Gbit/s; at most 1448/1514 ≈ 0.956, since HTB counts Ethernet frames and
+                     TCP carries 1448 B each
+  cpu_busy           the machine's CPU share in use during each goodput run (/proc/stat): near
+                     1.0, the CPU, not the shaper, is what limits the rate
   priority_isolation mean completion time of short high-class transfers while the low class
                      saturates the link, over the same on an idle link (thesis-2band)
   fifo_isolation     the same ratio under the fifo profile: what priority buys
-  setup_s/teardown_s build + shape, and teardown, for 8 and 64 hosts
+  setup_s/teardown_s build + shape, and teardown, of a single-tor run with 8, 64 and 256 hosts
+  up_s               the whole `up` of the same workload-free runs (probe, Prometheus, ...)
+  mininet_s          Mininet's build + teardown for 64 and 256 hosts, measured in this run
+                     (`mn --switch lxbr --controller none --topo single,N --link tc,bw=100
+                     --test none`: egress only, one class). Installed with apt when missing.
+  ratio_vs_mininet_64/_256   (setup + teardown) / mininet_s: the target is ≤ 0.25
+  leafspine_setup_s  build + shape and teardown of a 256-host leaf-spine (8 leaves × 32 hosts,
+                     4 spines)
+  leafspine_1000_s   the whole `up` of a workload-free 1000-host leaf-spine (20 × 50, 4 spines)
 
-Run as root: `.venv/bin/python benchmarks/shaping.py [--quick]`. If Mininet's `mn` is
-installed (apt-get install mininet bridge-utils), its build + teardown time for the same host
-counts is measured too, since this machine's speed varies from hour to hour.
+Run as root: `.venv/bin/python benchmarks/shaping.py [--quick]` (--quick: shorter runs, no
+1000-host fabric). The machine's speed varies from hour to hour; compare figures of one run.
+Mininet is never cleaned with `mn -c`, which deletes /tmp/*.log: its own exit removes its links.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +48,15 @@ def run_one(name: str, data: dict[str, Any]) -> dict[str, Any]:
         return run(s, out=Path(d) / "run").summary
 
 
-def goodput(rate: str, duration: str) -> float:
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + f[4]  # idle + iowait
+    return sum(f) - idle, sum(f)
+
+
+def goodput(rate: str, duration: str) -> tuple[float, float]:
+    b0, t0 = cpu_times()
     s = run_one(
         "goodput",
         {
@@ -46,14 +66,16 @@ def goodput(rate: str, duration: str) -> float:
             "workloads": {"linkcheck": {"pattern": "single", "short": False}},
         },
     )
+    b1, t1 = cpu_times()
+    busy = (b1 - b0) / max(1, t1 - t0)
     (flow,) = s["linkcheck"]["bulk"]
     ratio = flow["goodput_bps"] / s["linkcheck"]["link_rate_bps"]
     wire = next(x for x in s["links"] if x["node"] == "h1" and x["direction"] == "up")
     print(
         f"goodput at {rate:>7}: {flow['goodput_bps'] / 1e6:8.2f} Mbit/s = {ratio:.4f} of the cap "
-        f"(wire {wire['classes']['be']['rate_bps'] / 1e6:.2f} Mbit/s)"
+        f"(wire {wire['classes']['be']['rate_bps'] / 1e6:.2f} Mbit/s), CPU busy {busy:.0%}"
     )
-    return ratio
+    return ratio, busy
 
 
 def short_fct(profile: str, loaded: bool, rate: str, duration: str) -> float:
@@ -85,27 +107,42 @@ def short_fct(profile: str, loaded: bool, rate: str, duration: str) -> float:
     return st["mean"]
 
 
-def setup_teardown(hosts: int) -> tuple[float, float]:
+def setup_teardown(topology: dict[str, Any]) -> tuple[float, float, float]:
+    """(build + shape, teardown, the whole up) of a workload-free run."""
+    t0 = time.monotonic()
     s = run_one(
         "scale",
         {
             "duration": "0.5s",
             "measure": {"warmup": "0s", "cooldown": "0s"},
-            "topology": {"hosts": hosts, "link_rate": "100mbit"},
+            "topology": {"link_rate": "100mbit", **topology},
             "tc_profile": "thesis-2band",
         },
     )
+    wall = time.monotonic() - t0
     setup = s["setup_s"]["build"] + s["setup_s"]["shape"]
+    n = len({x["node"] for x in s["links"] if x["tier"] == "host"})
     print(
-        f"{hosts:3d} hosts: build {s['setup_s']['build']:.2f} s + shape {s['setup_s']['shape']:.2f} s "
-        f"({2 * hosts} directions, 2 classes each), teardown {s['teardown_s']:.2f} s"
+        f"{topology.get('kind', 'single-tor'):>10} {n:4d} hosts: build {s['setup_s']['build']:.2f} s "
+        f"+ shape {s['setup_s']['shape']:.2f} s ({len(s['links'])} directions, 2 classes each), "
+        f"teardown {s['teardown_s']:.2f} s; whole up {wall:.2f} s"
     )
-    return setup, s["teardown_s"]
+    return setup, s["teardown_s"], wall
+
+
+def ensure_mininet() -> bool:
+    """Mininet is the benchmark's own dependency, not testbed's: install it here if missing."""
+    if shutil.which("mn") is None:
+        print("installing mininet (apt-get install mininet bridge-utils) for the comparison")
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "mininet", "bridge-utils"],
+            capture_output=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+    return shutil.which("mn") is not None
 
 
 def mininet(hosts: int) -> float | None:
-    if shutil.which("mn") is None:
-        return None
     cmd = [
         "mn",
         "--switch",
@@ -122,36 +159,53 @@ def mininet(hosts: int) -> float | None:
     t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True)
     took = time.monotonic() - t0
-    subprocess.run(["mn", "-c"], capture_output=True)
     if r.returncode != 0:
+        print(f"mininet failed for {hosts} hosts: {r.stderr.strip()[-300:]}")
         return None
-    print(f"{hosts:3d} hosts: mininet build + teardown {took:.2f} s")
+    print(f"{hosts:4d} hosts: mininet build + teardown {took:.2f} s")
     return took
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="shorter runs (noisier figures)")
+    ap.add_argument("--quick", action="store_true", help="shorter runs, no 1000-host fabric")
     args = ap.parse_args()
     d = "5s" if args.quick else "10s"
-    ratios = {rate: goodput(rate, d) for rate in ("10mbit", "100mbit", "1gbit")}
+    rates = ("10mbit", "100mbit", "1gbit", "2.5gbit", "5gbit", "10gbit")
+    measured = {rate: goodput(rate, d) for rate in rates}
     iso = {}
     for profile in ("thesis-2band", "fifo"):
         idle = short_fct(profile, False, "100mbit", d)
         busy = short_fct(profile, True, "100mbit", d)
         iso[profile] = busy / idle
-    setup, teardown, mn = {}, {}, {}
-    for n in (8, 64):
-        setup[str(n)], teardown[str(n)] = setup_teardown(n)
-        mn[str(n)] = mininet(n)
+    setup, teardown, up = {}, {}, {}
+    for n in (8, 64, 256):
+        setup[str(n)], teardown[str(n)], up[str(n)] = setup_teardown({"hosts": n})
+    mn: dict[str, float | None] = {"64": None, "256": None}
+    if ensure_mininet():
+        mn = {str(n): mininet(n) for n in (64, 256)}
+    else:
+        print("mininet could not be installed: no comparison")
+    ls = setup_teardown({"kind": "leaf-spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 32})
+    big = None
+    if not args.quick:
+        big = setup_teardown(
+            {"kind": "leaf-spine", "leaves": 20, "spines": 4, "hosts_per_leaf": 50}
+        )
+    ratio = {n: None if mn[n] is None else round((setup[n] + teardown[n]) / mn[n], 3) for n in mn}
     result = {
-        "goodput_ratio": {k: round(v, 4) for k, v in ratios.items()},
+        "goodput_ratio": {k: round(v[0], 4) for k, v in measured.items()},
+        "cpu_busy": {k: round(v[1], 2) for k, v in measured.items()},
         "priority_isolation": round(iso["thesis-2band"], 3),
         "fifo_isolation": round(iso["fifo"], 3),
         "setup_s": {k: round(v, 3) for k, v in setup.items()},
         "teardown_s": {k: round(v, 3) for k, v in teardown.items()},
-        # Mininet (--switch lxbr --link tc,bw=100) build + teardown on this machine, if installed
+        "up_s": {k: round(v, 2) for k, v in up.items()},
         "mininet_s": {k: None if v is None else round(v, 3) for k, v in mn.items()},
+        "ratio_vs_mininet_64": ratio["64"],
+        "ratio_vs_mininet_256": ratio["256"],
+        "leafspine_setup_s": {"hosts": 256, "setup": round(ls[0], 3), "teardown": round(ls[1], 3)},
+        "leafspine_1000_s": None if big is None else round(big[2], 2),
     }
     print(json.dumps(result))
     return 0
