@@ -21,7 +21,8 @@
 
 Run as root: `.venv/bin/python benchmarks/shaping.py [--quick]` (--quick: shorter runs, no
 1000-host fabric). The machine's speed varies from hour to hour; compare figures of one run.
-Mininet is never cleaned with `mn -c`, which deletes /tmp/*.log: its own exit removes its links.
+Mininet is never cleaned with `mn -c`, which deletes /tmp/*.log: its own exit removes its links,
+and the machine-wide sysctls its start raises (TCP buffers among them) are put back after it.
 """
 
 from __future__ import annotations
@@ -142,7 +143,26 @@ def ensure_mininet() -> bool:
     return shutil.which("mn") is not None
 
 
+# What Mininet's fixLimits() raises machine-wide (and never puts back); new namespaces inherit
+# the TCP buffer sizes, so they would change every later testbed run on this machine.
+MININET_SYSCTLS = (
+    "fs/file-max", "net/core/wmem_max", "net/core/rmem_max", "net/ipv4/tcp_rmem",
+    "net/ipv4/tcp_wmem", "net/core/netdev_max_backlog", "net/ipv4/neigh/default/gc_thresh1",
+    "net/ipv4/neigh/default/gc_thresh2", "net/ipv4/neigh/default/gc_thresh3",
+    "net/ipv4/route/max_size", "kernel/pty/max",
+)  # fmt: skip
+
+
 def mininet(hosts: int) -> float | None:
+    saved = {k: Path("/proc/sys", k).read_text() for k in MININET_SYSCTLS}
+    try:
+        return _mininet(hosts)
+    finally:
+        for k, v in saved.items():
+            Path("/proc/sys", k).write_text(v)
+
+
+def _mininet(hosts: int) -> float | None:
     cmd = [
         "mn",
         "--switch",
