@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,27 @@ def containers() -> set[str]:
         }
     finally:
         c.close()
+
+
+@contextlib.contextmanager
+def built_network(topology: dict[str, Any], run_id: str) -> Iterator[tuple[Any, Any]]:
+    """The netns runtime's network of `topology`, built (no shaping, no workloads); torn down
+    from its state file afterwards, which must find nothing missing."""
+    from testbed.runtime.netns import NetnsRuntime, teardown
+    from testbed.state import RunState
+    from testbed.topology import build_plan
+
+    s = load_scenario_data({"name": "net", "topology": topology}, "test")
+    topo = build_plan(s, run_id)
+    state = RunState(run_id=topo.run_id, scenario="net", out_dir="/tmp")
+    rt = NetnsRuntime(topo, state)
+    try:
+        rt.build()
+        yield topo, rt
+    finally:
+        rt.close()
+        assert teardown(state) == []
+        state.remove()
 
 
 def run_scenario(tmp_path: Path, data: dict[str, Any]) -> dict[str, Any]:

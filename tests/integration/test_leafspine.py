@@ -10,12 +10,7 @@ import socket
 
 import pytest
 
-from testbed.runtime.netns import NetnsRuntime, teardown
-from testbed.scenario import load_scenario_data
-from testbed.state import RunState
-from testbed.topology import build_plan
-
-from .helpers import flows, present_objects, run_cli, run_scenario
+from .helpers import built_network, flows, present_objects, run_cli, run_scenario
 from .test_runtime import RTN_UNICAST, assert_no_route_out, in_ns, ping
 
 FABRIC = {"kind": "leaf-spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2}
@@ -23,17 +18,8 @@ FABRIC = {"kind": "leaf-spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2}
 
 @pytest.fixture
 def fabric():
-    s = load_scenario_data({"name": "ls", "topology": {**FABRIC, "tcp": "reno"}}, "test")
-    topo = build_plan(s, "1eaf5b")
-    state = RunState(run_id=topo.run_id, scenario="ls", out_dir="/tmp")
-    rt = NetnsRuntime(topo, state)
-    try:
-        rt.build()
-        yield topo, rt
-    finally:
-        rt.close()
-        assert teardown(state) == []
-        state.remove()
+    with built_network({**FABRIC, "tcp": "reno"}, "1eaf5b") as built:
+        yield built
 
 
 def test_hosts_reach_each_other_across_and_within_leaves(fabric):

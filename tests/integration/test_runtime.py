@@ -10,27 +10,15 @@ import subprocess
 import pytest
 from pyroute2.ethtool import Ethtool
 
-from testbed.runtime.netns import NetnsRuntime, inside, teardown
-from testbed.scenario import load_scenario_data
-from testbed.state import RunState
-from testbed.topology import single_tor
+from testbed.runtime.netns import inside
 
-from .helpers import run_scenario
+from .helpers import built_network, run_scenario
 
 
 @pytest.fixture
 def network():
-    s = load_scenario_data({"name": "rt", "topology": {"hosts": 3}}, "test")
-    topo = single_tor(s, "7e57ab")
-    state = RunState(run_id=topo.run_id, scenario="rt", out_dir="/tmp")
-    rt = NetnsRuntime(topo, state)
-    try:
-        rt.build()
-        yield topo, rt
-    finally:
-        rt.close()
-        assert teardown(state) == []
-        state.remove()
+    with built_network({"hosts": 3}, "7e57ab") as built:
+        yield built
 
 
 def in_ns(ns: str | None, *argv: str) -> subprocess.CompletedProcess[str]:
