@@ -382,6 +382,7 @@ def _live(
             )  # fmt: skip
             ui.phase("running")
             snaps = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)
+            late_edges = _late_edges(window, *snaps)
             state.set_phase("draining")
             _drain(window, workloads, metrics, rt, plans, ui, stop)
             t_drain = max(0.0, time.time() - window.end)
@@ -398,6 +399,7 @@ def _live(
                 sections[w.name] = w.collect()
         else:  # --hold without workloads: the links' counters cover the hold itself
             t_ready = t_drain = 0.0
+            late_edges = [0.0, 0.0]
             w0 = _snapshot(rt, plans)
             held = _hold(hold, run_id, topo, state, ui, stop, rt, metrics, plans)
             final = _settled_snapshot(rt, plans)
@@ -415,7 +417,7 @@ def _live(
             "topology": topo.kind,
             "tcp_congestion": preflight.tcp_congestion(s),
             "started_at": window.t0,
-            "window": window.summary(),
+            "window": {**window.summary(), "edges_late_s": late_edges},
             "setup_s": {"build": round(t_build, 3), "shape": round(t_shape, 3),
                         "workloads_ready": round(t_ready, 3)},
             "drain_s": round(t_drain, 3),
@@ -562,16 +564,18 @@ def _run_window(
     edges: list[Snapshot] = []
     marks = [window.start, window.stop]
     while (now := time.time()) < window.end:
+        # the counters first: an edge read late on a busy machine stretches the window
+        # past the end of the load (see _late_edges); the checks can wait a few ms
+        snap = _snapshot(rt, plans)
+        while marks and snap[0] >= marks[0]:
+            edges.append(snap)
+            marks.pop(0)
         stop.check()
         rt.check()
         for w in workloads:
             w.check()
         metrics.check()
-        snap = _snapshot(rt, plans)
         metrics.update(plans, snap)
-        while marks and snap[0] >= marks[0]:
-            edges.append(snap)
-            marks.pop(0)
         live = "  ".join(x for x in [*(w.progress() for w in workloads), _live_info(snap)] if x)
         ui.running(max(0.0, now - window.t0), s.duration, live)
         wake = min([now + POLL_S, window.end, *marks])
@@ -581,6 +585,22 @@ def _run_window(
         edges.append(last)
     ui.running(s.duration, s.duration, "")
     return edges[0], edges[1]
+
+
+def _late_edges(window: Window, w0: Snapshot, w1: Snapshot) -> list[float]:
+    """How late the link counters were read at the window's two edges. Link rates are bytes
+    between the two reads over the time between them: past `stop` the load keeps running
+    only for the cooldown (and what the queues still hold), so a stop edge read later than
+    that counts idle time and the rates come out low. Said in the log and the summary."""
+    late = [round(max(0.0, w0[0] - window.start), 3), round(max(0.0, w1[0] - window.stop), 3)]
+    if late[1] > window.cooldown + 0.1:
+        log.warning(
+            "the link counters were read %.2f s after the measured window ended, %.2f s after "
+            "the load stopped (a busy machine); link rates over the window may be low by up to "
+            "%.0f %%: a measure.cooldown of at least 1s keeps the load running past that read",
+            late[1], late[1] - window.cooldown, 100 * late[1] / (window.span + late[1]),
+        )  # fmt: skip
+    return late
 
 
 def _drain(

@@ -97,7 +97,7 @@ def built_network(topology: dict[str, Any], run_id: str) -> Iterator[tuple[Any, 
 def run_scenario(tmp_path: Path, data: dict[str, Any]) -> dict[str, Any]:
     """Runs of a few seconds measure from 1 s (past TCP's slow start) to the end, unless the
     test sets its own window."""
-    data = {"measure": {"warmup": "1s", "cooldown": "0s"}, **data}
+    data = {"measure": {"warmup": "1s", "cooldown": "0.5s"}, **data}
     s = load_scenario_data({"name": "itest", **data}, "test")
     return run(s, out=tmp_path / "run").summary
 

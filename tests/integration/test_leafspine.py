@@ -65,7 +65,7 @@ def congested(tmp_path_factory):
         tmp_path_factory.mktemp("ls"),
         {
             "duration": "8s",
-            "measure": {"warmup": "2s", "cooldown": "0s"},
+            "measure": {"warmup": "2s", "cooldown": "0.5s"},
             "topology": {**FABRIC, "link_rate": "50mbit", "fabric_rate": "20mbit", "tcp": "reno"},
             "tc_profile": "thesis-2band",
             "workloads": {
