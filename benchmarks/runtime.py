@@ -41,7 +41,7 @@ from testbed.orchestrator import run
 from testbed.runtime.base import make_runtime, teardown
 from testbed.runtime.docker import client
 from testbed.scenario import load_scenario_data
-from testbed.shaping.apply import apply_plan
+from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import LinkSpec, plan_links
 from testbed.state import RunState
 from testbed.topology import new_run_id, single_tor
@@ -69,8 +69,7 @@ def setup_teardown(runtime: str, hosts: int, image: str, tmp: Path) -> tuple[flo
         )  # fmt: skip
         st.record(*({"kind": "qdisc", "netns": p.end.netns, "ifname": p.end.ifname,
                      "handle": "1:"} for p in plans))  # fmt: skip
-        for p in plans:
-            apply_plan(rt.ipr(p.end.netns), p)
+        apply_plans(plans)
         setup = time.monotonic() - t0
     finally:
         rt.close()

@@ -44,7 +44,7 @@ TEMPLATE: dict[str, Any] = {
     "drain_s": "s",
     "teardown_s": "s",
     "setup_s": {"build": "s", "shape": "s", "workloads_ready": "s"},
-    "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s"},
+    "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s", "edges_late_s": ["s"]},
     "links": [
         {
             "rate_bps": "bps",

@@ -27,9 +27,8 @@ from testbed.metrics.session import MetricsSession
 from testbed.runtime.base import Runtime, make_runtime, teardown
 from testbed.runtime.netns import NETNS_DIR
 from testbed.scenario import Scenario, dump_scenario
-from testbed.shaping.apply import apply_plan
+from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
-from testbed.shaping.stats import class_counters
 from testbed.state import RunLock, RunState, all_states, claiming
 from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
 from testbed.topology import TopologyPlan, build_plan, names_for, new_run_id, valid_run_id
@@ -341,8 +340,7 @@ def _live(
             )
         )
         t0 = time.monotonic()
-        for p in plans:
-            apply_plan(rt.ipr(p.end.netns), p)
+        apply_plans(plans)
         t_shape = time.monotonic() - t0
         stop.check()
         for note in sorted({n for p in plans for n in p.notes}):
@@ -651,7 +649,7 @@ Snapshot = tuple[float, list[dict[str, dict[str, int]]]]  # (time, counters per 
 
 
 def _snapshot(rt: Runtime, plans: list[InterfacePlan]) -> Snapshot:
-    return time.time(), [class_counters(rt.ipr(p.end.netns), p) for p in plans]
+    return time.time(), [rt.classes.read(p) for p in plans]
 
 
 def _settled_snapshot(rt: Runtime, plans: list[InterfacePlan], limit_s: float = 5.0) -> Snapshot:

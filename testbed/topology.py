@@ -23,6 +23,11 @@ so the thesis' per-host uplink/downlink view stays, and `leaf<i>-spine<j>` for f
 the root namespace, and no namespace has a default route: traffic cannot leave the testbed.
 The management bridge is the only thing in the root namespace; its ports are isolated, so
 hosts cannot reach each other through it.
+
+Every interface in a run's namespaces has its index fixed here (the runtime creates it with
+that index, see netlink.py), so building, shaping and reading counters never look one up.
+The indexes sit above what a fresh namespace may already hold (lo is 1; where their modules
+are loaded, fallback tunnel devices take the next few).
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ RUN_ID_LEN = 6
 Direction = Literal["up", "down"]
 Tier = Literal["host", "fabric"]
 Role = Literal["tor", "leaf", "spine"]
+
+IF_LO = 1
+IF_BRIDGE = 100  # a switch's br0
+IF_DATA = 100  # a host's eth0
+IF_MGMT = 101  # a host's mgmt0
+IF_FABRIC = 200  # + the far switch's number: a leaf's s<j>, a spine's l<i>
+IF_PORT = 1000  # + the host's place on its switch: the switch end of a host link
 
 
 def new_run_id() -> str:
@@ -82,6 +94,7 @@ class Port:
     node: str
     netns: str
     ifname: str
+    index: int  # its interface index in `netns`
     address: ipaddress.IPv4Interface | None = None  # fabric /31s; host ends are set by Host
 
 
@@ -111,6 +124,7 @@ class LinkEnd:
     direction: Direction
     netns: str
     ifname: str
+    index: int = 0  # the interface's index in `netns` (0: look it up by name)
     src: str = ""  # the node that sends into this queue
     dst: str = ""  # the node at the far end
     tier: Tier = "host"
@@ -163,12 +177,12 @@ class TopologyPlan:
         ends: list[LinkEnd] = []
         for lk in self.links:
             ends.append(
-                LinkEnd(lk.name, "up", lk.a.netns, lk.a.ifname, lk.a.node, lk.b.node, lk.tier,
-                        lk.rate_bps)
+                LinkEnd(lk.name, "up", lk.a.netns, lk.a.ifname, lk.a.index, lk.a.node, lk.b.node,
+                        lk.tier, lk.rate_bps)
             )  # fmt: skip
             ends.append(
-                LinkEnd(lk.name, "down", lk.b.netns, lk.b.ifname, lk.b.node, lk.a.node, lk.tier,
-                        lk.rate_bps)
+                LinkEnd(lk.name, "down", lk.b.netns, lk.b.ifname, lk.b.index, lk.b.node, lk.a.node,
+                        lk.tier, lk.rate_bps)
             )  # fmt: skip
         return ends
 
@@ -203,11 +217,12 @@ def _host(
     )
 
 
-def _host_link(h: Host, sw: Switch, rate: int) -> Link:
+def _host_link(h: Host, sw: Switch, place: int, rate: int) -> Link:
+    """`place`: the host's 1-based position on its switch."""
     return Link(
         h.name,
-        Port(h.name, h.netns, h.data_if),
-        Port(sw.name, sw.netns, h.switch_port),
+        Port(h.name, h.netns, h.data_if, IF_DATA),
+        Port(sw.name, sw.netns, h.switch_port, IF_PORT + place),
         rate,
         "host",
     )
@@ -228,7 +243,7 @@ def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
         run_id=run_id,
         kind="single-tor",
         switches=(sw,),
-        links=tuple(_host_link(h, sw, t.link_rate) for h in hosts),
+        links=tuple(_host_link(h, sw, h.index, t.link_rate) for h in hosts),
         routes=(),
         mgmt_bridge=n["mgmt_bridge"],
         mgmt_bridge_ip=mgmt[0],
@@ -285,7 +300,7 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
                 n, idx, gw + 1 + k, mgmt[idx], switch=leaf.name, prefixlen=block_len, gateway=gw
             )
             hosts.append(h)
-            links.append(_host_link(h, leaf, t.link_rate))
+            links.append(_host_link(h, leaf, k + 1, t.link_rate))
     fabric = base + L * block
     for i, leaf in enumerate(leaves, start=1):
         nexthops = []
@@ -296,8 +311,20 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
             links.append(
                 Link(
                     f"{leaf.name}-{spine.name}",
-                    Port(leaf.name, leaf.netns, f"s{j}", ipaddress.IPv4Interface(f"{lo}/31")),
-                    Port(spine.name, spine.netns, f"l{i}", ipaddress.IPv4Interface(f"{hi}/31")),
+                    Port(
+                        leaf.name,
+                        leaf.netns,
+                        f"s{j}",
+                        IF_FABRIC + j,
+                        ipaddress.IPv4Interface(f"{lo}/31"),
+                    ),
+                    Port(
+                        spine.name,
+                        spine.netns,
+                        f"l{i}",
+                        IF_FABRIC + i,
+                        ipaddress.IPv4Interface(f"{hi}/31"),
+                    ),
                     fabric_rate,
                     "fabric",
                 )

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pyroute2 import IPRoute
 
     from testbed.scenario import Scenario
+    from testbed.shaping.stats import ClassReader
     from testbed.state import RunState
     from testbed.topology import TopologyPlan
 
@@ -81,6 +82,8 @@ class Runtime(Protocol):
 
     def build(self) -> None: ...  # nodes and links, each recorded in the state file first
     def ipr(self, ns: str | None) -> IPRoute: ...  # netlink inside a node (None: the root)
+    @property
+    def classes(self) -> ClassReader: ...  # the shaped classes' counters, read in bulk
 
     def spawn(
         self, ns: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None

@@ -23,14 +23,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pyroute2 import IPRoute, netns
-from pyroute2.ethtool import Ethtool
+from pyroute2.ethtool.ioctl import IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
+from testbed import netlink as nl
 from testbed.errors import RunFailure
 from testbed.runtime import forkserver
 from testbed.runtime.base import NodeProcess
+from testbed.shaping.stats import ClassReader
 from testbed.state import RunState, proc_start_time
-from testbed.topology import Host, Link, Switch, TopologyPlan
+from testbed.topology import IF_BRIDGE, IF_DATA, IF_LO, IF_MGMT, Host, Link, Switch, TopologyPlan
 
 log = logging.getLogger(__name__)
 
@@ -86,21 +88,25 @@ def write_sysctl(ns: str | None, key: str, value: str) -> None:
 
 
 def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
+    """Through pyroute2's ioctl half of ethtool, on one socket made inside `ns`: its `Ethtool`
+    also sets up a generic-netlink socket, milliseconds per call, for nothing used here."""
     with inside(ns):
-        et = Ethtool()
-        try:
-            for ifname in ifnames:
-                feats = et.get_features(ifname)
-                changed = False
-                for name in OFFLOADS_OFF:
-                    f = feats.features.get(name)
-                    if f is not None and f.enable and f.available:
-                        f.enable = False
-                        changed = True
-                if changed:
-                    et.set_features(ifname, feats)
-        finally:
-            et.close()
+        et = IoctlEthtool()
+    try:
+        for ifname in ifnames:
+            et.change_ifname(ifname)
+            feats = et.get_features()
+            off = [
+                name
+                for name in OFFLOADS_OFF
+                if name in feats and feats.is_available(name) and feats.is_active(name)
+            ]
+            for name in off:
+                feats[name] = False
+            if off:
+                et.set_features(feats)
+    finally:
+        et.close()
 
 
 class NetnsRuntime:
@@ -113,6 +119,7 @@ class NetnsRuntime:
         self.plan = plan
         self.state = state
         self._iprs: dict[str | None, IPRoute] = {}
+        self.classes = ClassReader()
 
     def ipr(self, ns: str | None) -> IPRoute:
         if ns not in self._iprs:
@@ -120,6 +127,7 @@ class NetnsRuntime:
         return self._iprs[ns]
 
     def close(self) -> None:
+        self.classes.close()
         for ipr in self._iprs.values():
             with contextlib.suppress(Exception):
                 ipr.close()
@@ -140,32 +148,65 @@ class NetnsRuntime:
             create_netns(ns)
 
     def build(self) -> None:
+        """Every namespace's requests go out together (netlink.Batch): first what creates
+        interfaces (bridges, and veths made in the switch with the peer placed straight into
+        the far namespace), then, once they all exist, addresses, routes and management."""
         p = self.plan
         self._make_nodes()
-        for ns in p.namespaces:
-            # No IPv6: router solicitations and MLD reports would be stray traffic in the
-            # class counters, and the testbed's addresses are IPv4 only.
-            write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
-            write_sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1")
-            ipr = self.ipr(ns)
-            ipr.link("set", index=self._ifindex(ns, "lo"), state="up")
-        for sw in p.switches:
-            self._build_switch(sw)
-        by_switch = {sw.name: sw for sw in p.switches}
-        for lk in p.links:
-            if lk.tier == "host":
-                self._build_host_link(p.host(lk.a.node), by_switch[lk.b.node])
-            else:
-                self._build_fabric_link(lk)
+        fds: dict[str | None, int] = {}
+        try:
+            # what lands in the root namespace is recorded before it exists
+            self.state.record(
+                {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"},
+                *(
+                    {"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
+                    for h in p.hosts
+                ),
+            )
+            for ns in p.namespaces:
+                fds[ns] = nl.netns_fd(ns)
+            fds[None] = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            create = {ns: nl.Batch(ns) for ns in p.namespaces}
+            configure = {ns: nl.Batch(ns) for ns in p.namespaces}
+            for ns in p.namespaces:
+                # No IPv6: router solicitations and MLD reports would be stray traffic in the
+                # class counters, and the testbed's addresses are IPv4 only.
+                write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
+                write_sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1")
+                create[ns].add(nl.link_up(IF_LO), "lo up")
+            for sw in p.switches:
+                self._build_switch(sw, create[sw.netns], configure[sw.netns])
+            for lk in p.links:
+                self._build_link(lk, create[lk.a.netns], create[lk.b.netns], fds)
+                peer = lk.a if lk.tier == "host" else lk.b  # the end placed from afar
+                configure[peer.netns].add(nl.link_up(peer.index), f"{peer.ifname} up")
+                for end in (lk.a, lk.b):
+                    if end.address is not None:
+                        configure[end.netns].add(
+                            nl.address(end.index, end.address),
+                            f"address {end.address} on {end.ifname}",
+                        )
+            for h in p.hosts:
+                self._configure_host(h, configure[h.netns], fds[None])
+            for r in p.routes:
+                configure[r.netns].add(nl.route(r.dst, r.via), f"route to {r.dst}")
+            for phase in (create, configure):
+                for ns in p.namespaces:
+                    phase[ns].commit()
+        finally:
+            for fd in fds.values():
+                os.close(fd)
         for sw in p.switches:
             ports = [lk.b.ifname for lk in p.links if lk.b.node == sw.name]
             ports += [lk.a.ifname for lk in p.links if lk.a.node == sw.name]
             disable_offloads(sw.netns, ports)
-        for r in p.routes:
-            self._add_route(r.netns, r.dst, r.via)
+        for h in p.hosts:
+            disable_offloads(h.netns, [h.data_if])
+            if p.tcp_congestion is not None:  # per namespace; new ones copy the machine's
+                write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", p.tcp_congestion)
         self._build_management()
 
-    def _build_switch(self, sw: Switch) -> None:
+    def _build_switch(self, sw: Switch, create: nl.Batch, configure: nl.Batch) -> None:
         """A bridge for the hosts (tor, leaf); routing on (leaf, spine). The switch is ours and
         has no netfilter rules: br_netfilter (loaded by dockerd, among others) would pass
         every bridged frame through netfilter there, so that is off."""
@@ -180,102 +221,59 @@ class NetnsRuntime:
                 write_sysctl(sw.netns, f"net.ipv4.conf.{conf}.rp_filter", "0")
         if sw.bridge is None:
             return
-        ipr = self.ipr(sw.netns)
-        ipr.link("add", ifname=sw.bridge, kind="bridge")
-        br = self._ifindex(sw.netns, sw.bridge)
+        create.add(nl.bridge(sw.bridge, IF_BRIDGE), f"bridge {sw.bridge}")
         if sw.gateway is not None:
-            ipr.addr(
-                "add", index=br, address=str(sw.gateway.ip), prefixlen=sw.gateway.network.prefixlen
+            configure.add(nl.address(IF_BRIDGE, sw.gateway), f"address {sw.gateway} on {sw.bridge}")
+
+    def _build_link(self, lk: Link, a: nl.Batch, b: nl.Batch, fds: dict[str | None, int]) -> None:
+        """A host link is made in its switch (the port joins the bridge as it is created),
+        with the host's end placed in the host; a fabric link in its leaf."""
+        if lk.tier == "host":
+            master = IF_BRIDGE
+            b.add(
+                nl.veth(lk.b.ifname, lk.b.index, lk.a.ifname, lk.a.index, fds[lk.a.netns], master),
+                f"veth {lk.b.ifname} to {lk.a.node}",
             )
-        ipr.link("set", index=br, state="up")
-
-    def _build_host_link(self, h: Host, sw: Switch) -> None:
-        """The veth is created in the switch with its peer placed straight into the host."""
-        assert sw.bridge is not None
-        si = self.ipr(sw.netns)
-        si.link(
-            "add",
-            ifname=h.switch_port,
-            kind="veth",
-            peer={"ifname": h.data_if, "net_ns_fd": h.netns},
-        )
-        port = self._ifindex(sw.netns, h.switch_port)
-        si.link("set", index=port, master=self._ifindex(sw.netns, sw.bridge))
-        si.link("set", index=port, state="up")
-        hi = self.ipr(h.netns)
-        eth = self._ifindex(h.netns, h.data_if)
-        hi.addr("add", index=eth, address=str(h.data_ip), prefixlen=h.prefixlen)
-        hi.link("set", index=eth, state="up")
-        disable_offloads(h.netns, [h.data_if])
-        if self.plan.tcp_congestion is not None:  # per namespace; new ones copy the machine's
-            write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", self.plan.tcp_congestion)
-        if h.gateway is not None:  # the data prefix only: no default route, nothing leaves
-            self._add_route(h.netns, self.plan.data_prefix, (h.gateway,))
-
-    def _build_fabric_link(self, lk: Link) -> None:
-        a = self.ipr(lk.a.netns)
-        a.link(
-            "add",
-            ifname=lk.a.ifname,
-            kind="veth",
-            peer={"ifname": lk.b.ifname, "net_ns_fd": lk.b.netns},
-        )
-        for end in (lk.a, lk.b):
-            ipr = self.ipr(end.netns)
-            idx = self._ifindex(end.netns, end.ifname)
-            if end.address is not None:
-                ipr.addr(
-                    "add",
-                    index=idx,
-                    address=str(end.address.ip),
-                    prefixlen=end.address.network.prefixlen,
-                )
-            ipr.link("set", index=idx, state="up")
-
-    def _add_route(
-        self, ns: str, dst: ipaddress.IPv4Network, via: tuple[ipaddress.IPv4Address, ...]
-    ) -> None:
-        ipr = self.ipr(ns)
-        if len(via) == 1:
-            ipr.route("add", dst=str(dst), gateway=str(via[0]))
         else:
-            ipr.route("add", dst=str(dst), multipath=[{"gateway": str(g)} for g in via])
+            a.add(
+                nl.veth(lk.a.ifname, lk.a.index, lk.b.ifname, lk.b.index, fds[lk.b.netns]),
+                f"veth {lk.a.ifname} to {lk.b.node}",
+            )
+
+    def _configure_host(self, h: Host, batch: nl.Batch, root_fd: int) -> None:
+        """Its data address and route, and its management veth, made here with the peer in
+        the root namespace (where the kernel picks the peer's index)."""
+        batch.add(
+            nl.address(IF_DATA, ipaddress.IPv4Interface(f"{h.data_ip}/{h.prefixlen}")),
+            f"address {h.data_ip} on {h.data_if}",
+        )
+        if h.gateway is not None:  # the data prefix only: no default route, nothing leaves
+            batch.add(nl.route(self.plan.data_prefix, (h.gateway,)), "route to the data prefix")
+        batch.add(nl.veth(h.mgmt_if, IF_MGMT, h.mgmt_peer, 0, root_fd), f"veth {h.mgmt_if}")
+        mgmt = ipaddress.IPv4Interface(f"{h.mgmt_ip}/{self.plan.mgmt_prefix.prefixlen}")
+        batch.add(nl.address(IF_MGMT, mgmt), f"address {h.mgmt_ip} on {h.mgmt_if}")
 
     def _build_management(self) -> None:
         """Root-namespace bridge with one isolated port per host: root reaches every host,
-        hosts cannot reach each other this way, and nothing here is shaped."""
+        hosts cannot reach each other this way, and nothing here is shaped. The hosts made
+        the veths (build); here their root ends join the bridge, by name."""
         p = self.plan
-        self.state.record(
-            {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"},
-            *(
-                {"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
-                for h in p.hosts
-            ),
-        )
-        root = self.ipr(None)
-        root.link("add", ifname=p.mgmt_bridge, kind="bridge")
+        root = nl.Batch(None)
+        root.add(nl.bridge(p.mgmt_bridge, 0), f"bridge {p.mgmt_bridge}")
+        root.commit()
         write_sysctl(None, f"net.ipv6.conf.{p.mgmt_bridge}.disable_ipv6", "1")
         mbr = self._ifindex(None, p.mgmt_bridge)
-        root.addr(
-            "add", index=mbr, address=str(p.mgmt_bridge_ip), prefixlen=p.mgmt_prefix.prefixlen
+        root.add(
+            nl.address(
+                mbr, ipaddress.IPv4Interface(f"{p.mgmt_bridge_ip}/{p.mgmt_prefix.prefixlen}")
+            ),
+            f"address {p.mgmt_bridge_ip} on {p.mgmt_bridge}",
         )
-        root.link("set", index=mbr, state="up")
         for h in p.hosts:
-            root.link(
-                "add",
-                ifname=h.mgmt_peer,
-                kind="veth",
-                peer={"ifname": h.mgmt_if, "net_ns_fd": h.netns},
-            )
             write_sysctl(None, f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1")
-            peer = self._ifindex(None, h.mgmt_peer)
-            root.link("set", index=peer, master=mbr)
-            root.brport("set", index=peer, isolated=1)
-            root.link("set", index=peer, state="up")
-            hi = self.ipr(h.netns)
-            m = self._ifindex(h.netns, h.mgmt_if)
-            hi.addr("add", index=m, address=str(h.mgmt_ip), prefixlen=p.mgmt_prefix.prefixlen)
-            hi.link("set", index=m, state="up")
+            root.add(nl.enslave(h.mgmt_peer, mbr), f"{h.mgmt_peer} into {p.mgmt_bridge}")
+            root.add(nl.isolate_port(h.mgmt_peer), f"isolating {h.mgmt_peer}")
+        root.commit()
 
     def spawn(
         self,

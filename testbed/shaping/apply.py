@@ -1,15 +1,18 @@
-"""Execute an InterfacePlan through pyroute2 netlink calls (no `tc` processes)."""
+"""Execute InterfacePlans through netlink (no `tc` processes): pyroute2 encodes each tc
+object, netlink.Batch sends a namespace's objects together and checks every ack."""
 
 from __future__ import annotations
 
-from pyroute2 import IPRoute, protocols
-from pyroute2.netlink.exceptions import NetlinkError
+from collections.abc import Iterable
 
-from testbed.errors import RunFailure
+from pyroute2 import IPRoute, protocols
+
+from testbed import netlink as nl
 from testbed.shaping.plan import DscpFilter, Fifo, Htb, HtbClass, InterfacePlan, Netem, TcObject
 
 
-def _call(ipr: IPRoute, index: int, obj: TcObject) -> None:
+def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
+    """The pyroute2 request for `obj` on interface `index` (IPBatch: only encoded)."""
     # pyroute2 reads an integer rate as *bytes* per second.
     match obj:
         case Htb():
@@ -54,16 +57,15 @@ def _call(ipr: IPRoute, index: int, obj: TcObject) -> None:
             )
 
 
-def apply_plan(ipr: IPRoute, plan: InterfacePlan) -> None:
-    """Build the plan's qdiscs, classes and filters on an interface that has none of ours."""
-    found = ipr.link_lookup(ifname=plan.end.ifname)
-    if not found:
-        raise RunFailure(f"{plan.end.netns}: no interface {plan.end.ifname} to shape")
-    index = found[0]
-    for obj in plan.objects:
-        try:
-            _call(ipr, index, obj)
-        except NetlinkError as e:
-            raise RunFailure(
-                f"{plan.end.netns}/{plan.end.ifname}: kernel refused {obj}: {e.args[-1]}"
-            ) from None
+def apply_plans(plans: Iterable[InterfacePlan]) -> None:
+    """Every plan, one netlink batch per namespace (netlink.py): the interfaces carry the
+    indexes the topology gave them, and each distinct tc object is encoded once."""
+    by_ns: dict[str, nl.Batch] = {}
+    for p in plans:
+        if not p.end.index:
+            raise ValueError(f"{p.end.netns}/{p.end.ifname}: no interface index in the plan")
+        batch = by_ns.setdefault(p.end.netns, nl.Batch(p.end.netns))
+        for obj in p.objects:
+            batch.add(nl.tc(p.end.index, obj), f"{obj} on {p.end.ifname}")
+    for batch in by_ns.values():
+        batch.commit()

@@ -2,27 +2,50 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 from typing import Any
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
+from testbed import netlink as nl
 from testbed.shaping.plan import InterfacePlan
+
+Counters = dict[str, dict[str, int]]  # class name → {bytes, packets, drops, backlog, overlimits}
+
+RTM_NEWTCLASS = 40
+RTM_GETTCLASS = 42
+NLM_F_DUMP = 0x300
+TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
+TCA_STATS2 = 7
+TCA_STATS_BASIC = 1
+TCA_STATS_QUEUE = 3
+BASIC = struct.Struct("=QI")  # gnet_stats_basic: bytes, packets
+QUEUE = struct.Struct("=IIIII")  # gnet_stats_queue: qlen, backlog, drops, requeues, overlimits
 
 
 def _classid(handle: int) -> str:
     return f"{handle >> 16:x}:{handle & 0xFFFF:x}"
 
 
-def class_counters(ipr: IPRoute, plan: InterfacePlan) -> dict[str, dict[str, int]]:
-    """{class name: {bytes, packets, drops, backlog, overlimits}} for the plan's classes.
+def class_counters(ipr: IPRoute, plan: InterfacePlan) -> Counters:
+    """{class name: {bytes, packets, drops, backlog, overlimits}} for the plan's classes,
+    through pyroute2 (the reference for ClassReader).
 
     HTB counts a leaf's drops on its class, so class statistics alone are complete.
     """
-    found = ipr.link_lookup(ifname=plan.end.ifname)
-    if not found:
+    index = plan.end.index
+    if not index:
+        found = ipr.link_lookup(ifname=plan.end.ifname)
+        if not found:
+            return {}
+        index = found[0]
+    try:
+        by_id: dict[str, Any] = {_classid(m["handle"]): m for m in ipr.get_classes(index=index)}
+    except NetlinkError:  # the interface went with its node (a container stopped)
         return {}
-    by_id: dict[str, Any] = {_classid(m["handle"]): m for m in ipr.get_classes(index=found[0])}
-    out: dict[str, dict[str, int]] = {}
+    out: Counters = {}
     for name, classid in plan.classes.items():
         m = by_id.get(classid)
         if m is None:
@@ -37,3 +60,68 @@ def class_counters(ipr: IPRoute, plan: InterfacePlan) -> dict[str, dict[str, int
             "overlimits": int(queue.get("overlimits", 0)),
         }
     return out
+
+
+class ClassReader:
+    """The same counters as class_counters, read often and for hundreds of interfaces: one
+    class dump per interface on a plain netlink socket per namespace, and only the two
+    statistics structures parsed (pyroute2 decodes every attribute of every class, about
+    0.3 ms per class; a snapshot of 512 link directions took 1.3 s)."""
+
+    def __init__(self) -> None:
+        self._socks: dict[str, socket.socket] = {}
+
+    def read(self, plan: InterfacePlan) -> Counters:
+        sock = self._socks.get(plan.end.netns)
+        if sock is None:
+            sock = self._socks[plan.end.netns] = nl.open_socket(plan.end.netns)
+        by_id = dump_classes(sock, plan.end.index)
+        return {name: by_id[cid] for name, cid in plan.classes.items() if cid in by_id}
+
+    def close(self) -> None:
+        for sock in self._socks.values():
+            sock.close()
+        self._socks.clear()
+
+
+def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:
+    """classid → counters of every class on interface `index` ({} if it is gone)."""
+    req = nl.HEADER.pack(nl.HEADER.size + TCMSG.size, RTM_GETTCLASS, nl.NLM_F_REQUEST | NLM_F_DUMP,
+                         1, 0) + TCMSG.pack(0, index, 0, 0, 0)  # fmt: skip
+    sock.send(req)
+    out: dict[str, dict[str, int]] = {}
+    while True:
+        data = sock.recv(nl.BUFFER)
+        for kind, _seq, payload in nl._messages(data):
+            if kind == nl.NLMSG_DONE:
+                return out
+            if kind == nl.NLMSG_ERROR:
+                return out  # the interface is gone (ENODEV): no counters
+            if kind == RTM_NEWTCLASS:
+                _, _, handle, _, _ = TCMSG.unpack_from(payload)
+                out[_classid(handle)] = parse_stats(payload[TCMSG.size :])
+
+
+def parse_stats(attrs: bytes) -> dict[str, int]:
+    c = {"bytes": 0, "packets": 0, "drops": 0, "backlog": 0, "overlimits": 0}
+    for kind, value in _attrs(attrs):
+        if kind != TCA_STATS2:
+            continue
+        for sub, body in _attrs(value):
+            if sub == TCA_STATS_BASIC and len(body) >= BASIC.size:
+                c["bytes"], c["packets"] = BASIC.unpack_from(body)
+            elif sub == TCA_STATS_QUEUE and len(body) >= QUEUE.size:
+                _qlen, c["backlog"], c["drops"], _requeues, c["overlimits"] = QUEUE.unpack_from(
+                    body
+                )
+    return c
+
+
+def _attrs(data: bytes):
+    off = 0
+    while off + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, off)
+        if length < 4:
+            return
+        yield kind & 0x3FFF, data[off + 4 : off + length]
+        off += (length + 3) & ~3

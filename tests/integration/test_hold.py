@@ -72,10 +72,18 @@ def test_iperf3_through_exec_measures_the_cap_both_ways_and_teardown_ends_it(tmp
 
         assert tb_exec(run_id, "h2", "--", "iperf3", "-s", "-D").returncode == 0
         time.sleep(0.5)
-        up = _iperf(run_id, "h1", "h2", reverse=False)  # h1 → h2: h1's uplink, h2's downlink
-        down = _iperf(run_id, "h1", "h2", reverse=True)  # h2 → h1
-        for got in (up, down):
-            assert 0.95 <= got / (RATE * PAYLOAD_SHARE) <= 1.05, (up, down)
+        # A busy 2-core machine only takes rate away (a stalled sender or receiver): each
+        # direction gets three tries and its best must be within 5 % of the cap; none of
+        # them may beat it.
+        tries: dict[bool, list[float]] = {False: [], True: []}
+        for reverse in (False, True):  # h1 → h2 (h1's uplink, h2's downlink), then back
+            while len(tries[reverse]) < 3:
+                tries[reverse].append(_iperf(run_id, "h1", "h2", reverse=reverse))
+                if tries[reverse][-1] >= 0.95 * RATE * PAYLOAD_SHARE:
+                    break
+        for got in tries.values():
+            assert max(got) <= 1.05 * RATE * PAYLOAD_SHARE, tries
+            assert max(got) >= 0.95 * RATE * PAYLOAD_SHARE, tries
 
         sleeper = subprocess.Popen(
             [

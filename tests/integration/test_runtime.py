@@ -128,3 +128,28 @@ def test_delay_needs_netem_and_says_so(tmp_path):
     else:
         assert any("netem" in w for w in s["warnings"])
         assert fct < 0.02
+
+
+def test_class_counters_read_in_bulk_count_the_packets_sent(network):
+    """ClassReader (a plain netlink dump, only the statistics parsed) against two independent
+    readings: the packets ping sent, and pyroute2's decoding of the same classes."""
+    from testbed.shaping.apply import apply_plans
+    from testbed.shaping.plan import LinkSpec, plan_links
+    from testbed.shaping.profile import TcProfile, load_profile_data
+    from testbed.shaping.stats import class_counters
+
+    topo, rt = network
+    h1, h2, _ = topo.hosts
+    prof = TcProfile.model_validate(load_profile_data("thesis-2band", None))
+    plans = plan_links(topo.link_ends(), LinkSpec(100_000_000), prof, False)
+    apply_plans(plans)
+    # 30 echo requests marked CS1 (TOS 0x20): the low class of h1's uplink, h2's downlink
+    sent = in_ns(h1.netns, "ping", "-q", "-c", "30", "-i", "0.01", "-Q", "0x20", "-s", "1000",
+                 str(h2.data_ip))  # fmt: skip
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    for p in plans:
+        bulk, reference = rt.classes.read(p), class_counters(rt.ipr(p.end.netns), p)
+        assert bulk == reference, (p.end, bulk, reference)
+    up = next(p for p in plans if p.end.node == "h1" and p.end.direction == "up")
+    low = rt.classes.read(up)["low"]
+    assert low["packets"] == 30 and low["bytes"] == 30 * (1000 + 8 + 20 + 14), low
