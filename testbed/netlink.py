@@ -22,7 +22,7 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
@@ -206,12 +206,6 @@ def tc(index: int, obj: object) -> bytes:
     return bytes(msg)
 
 
-def with_index(msg: bytes, index: int) -> bytes:
-    out = bytearray(msg)
-    struct.pack_into("=i", out, INDEX_OFFSET, index)
-    return bytes(out)
-
-
 class Batch:
     """Requests for one namespace, sent together; every one must be acknowledged without
     error. `what` names each request in the error a user sees."""
@@ -271,7 +265,7 @@ def _exchange(sock: socket.socket, requests: list[tuple[bytes, str]], netns: str
     failures: list[tuple[int, int, str]] = []
     while pending:
         data = sock.recv(BUFFER)
-        for kind, seq, payload in _messages(data):
+        for kind, seq, payload in messages(data):
             if kind != NLMSG_ERROR or seq not in pending:
                 continue
             pending.discard(seq)
@@ -287,7 +281,8 @@ def _exchange(sock: socket.socket, requests: list[tuple[bytes, str]], netns: str
         raise RunFailure(f"{where}: the kernel refused {what} ({reason}, {text})")
 
 
-def _messages(data: bytes) -> Iterable[tuple[int, int, bytes]]:
+def messages(data: bytes) -> Iterable[tuple[int, int, bytes]]:
+    """(type, sequence, payload) of each netlink message in one datagram."""
     off = 0
     while off + HEADER.size <= len(data):
         length, kind, _flags, seq, _port = HEADER.unpack_from(data, off)
@@ -297,16 +292,22 @@ def _messages(data: bytes) -> Iterable[tuple[int, int, bytes]]:
         off += (length + 3) & ~3
 
 
+def attributes(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(type, payload) of each netlink attribute in `data`, nested-flag bits dropped."""
+    off = 0
+    while off + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, off)
+        if length < 4:
+            return
+        yield kind & 0x3FFF, data[off + 4 : off + length]
+        off += (length + 3) & ~3
+
+
 def _ext_ack(payload: bytes) -> str:
     """NLMSGERR_ATTR_MSG after the error code and the (capped) request header."""
-    off = ERR.size + HEADER.size
-    while off + 4 <= len(payload):
-        length, kind = struct.unpack_from("=HH", payload, off)
-        if length < 4:
-            break
-        if kind & 0x3FFF == NLMSGERR_ATTR_MSG:
-            return payload[off + 4 : off + length].rstrip(b"\0").decode(errors="replace")
-        off += (length + 3) & ~3
+    for kind, value in attributes(payload[ERR.size + HEADER.size :]):
+        if kind == NLMSGERR_ATTR_MSG:
+            return value.rstrip(b"\0").decode(errors="replace")
     return ""
 
 

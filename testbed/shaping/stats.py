@@ -92,7 +92,7 @@ def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     while True:
         data = sock.recv(nl.BUFFER)
-        for kind, _seq, payload in nl._messages(data):
+        for kind, _seq, payload in nl.messages(data):
             if kind == nl.NLMSG_DONE:
                 return out
             if kind == nl.NLMSG_ERROR:
@@ -104,10 +104,10 @@ def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:
 
 def parse_stats(attrs: bytes) -> dict[str, int]:
     c = {"bytes": 0, "packets": 0, "drops": 0, "backlog": 0, "overlimits": 0}
-    for kind, value in _attrs(attrs):
+    for kind, value in nl.attributes(attrs):
         if kind != TCA_STATS2:
             continue
-        for sub, body in _attrs(value):
+        for sub, body in nl.attributes(value):
             if sub == TCA_STATS_BASIC and len(body) >= BASIC.size:
                 c["bytes"], c["packets"] = BASIC.unpack_from(body)
             elif sub == TCA_STATS_QUEUE and len(body) >= QUEUE.size:
@@ -115,13 +115,3 @@ def parse_stats(attrs: bytes) -> dict[str, int]:
                     body
                 )
     return c
-
-
-def _attrs(data: bytes):
-    off = 0
-    while off + 4 <= len(data):
-        length, kind = struct.unpack_from("=HH", data, off)
-        if length < 4:
-            return
-        yield kind & 0x3FFF, data[off + 4 : off + length]
-        off += (length + 3) & ~3

@@ -130,6 +130,6 @@ def test_a_refusal_names_the_request_and_the_kernels_reason():
     payload = struct.pack("=i", -2) + nl.HEADER.pack(16, 36, 5, 3, 0) + ext
     assert nl._ext_ack(payload) == "Specified qdisc kind is unknown"
     msgs = list(
-        nl._messages(nl.HEADER.pack(16 + len(payload), nl.NLMSG_ERROR, 0x100, 3, 0) + payload)
+        nl.messages(nl.HEADER.pack(16 + len(payload), nl.NLMSG_ERROR, 0x100, 3, 0) + payload)
     )
     assert msgs == [(nl.NLMSG_ERROR, 3, payload)]
