@@ -229,9 +229,10 @@ class NetnsRuntime:
         """A host link is made in its switch (the port joins the bridge as it is created),
         with the host's end placed in the host; a fabric link in its leaf."""
         if lk.tier == "host":
-            master = IF_BRIDGE
             b.add(
-                nl.veth(lk.b.ifname, lk.b.index, lk.a.ifname, lk.a.index, fds[lk.a.netns], master),
+                nl.veth(
+                    lk.b.ifname, lk.b.index, lk.a.ifname, lk.a.index, fds[lk.a.netns], IF_BRIDGE
+                ),
                 f"veth {lk.b.ifname} to {lk.a.node}",
             )
         else:
