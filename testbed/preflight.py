@@ -14,7 +14,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.scenario import Scenario
+from testbed.scenario import TCP_MACHINE, Scenario
 from testbed.shaping.probe import HOW, Capabilities, probe
 from testbed.state import RunState, all_states
 
@@ -45,13 +45,14 @@ ALLOWED_CONGESTION = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
 def tcp_congestion(s: Scenario) -> str:
-    """The congestion control the hosts will use: the scenario's, or this machine's default
-    (new namespaces inherit it). Outside the root namespace the kernel lets a namespace
-    choose only the algorithms in the machine-wide allowed list (EPERM otherwise), and
-    changing that list is the machine owner's decision, so a missing one is refused."""
+    """The congestion control the hosts will use: the scenario's (Reno unless it says), or
+    with `machine` this machine's default, which new namespaces inherit. Outside the root
+    namespace the kernel lets a namespace choose only the algorithms in the machine-wide
+    allowed list (EPERM otherwise), and changing that list is the machine owner's decision,
+    so a missing one is refused."""
     default = CONGESTION.read_text().strip()
     want = s.topology.tcp
-    if want is None or want == default:
+    if want in (TCP_MACHINE, default):
         return default
     available = AVAILABLE_CONGESTION.read_text().split()
     allowed = ALLOWED_CONGESTION.read_text().split()

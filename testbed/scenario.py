@@ -44,6 +44,9 @@ from testbed.window import Window
 
 # Validation calls the unit parsers (testbed.units), the one source of truth; the JSON Schema
 # patterns are built from the parsers' own unit tables, so editors accept the same spellings.
+TCP_RENO = "reno"  # the default: the kin of the thesis' ns-3 NewReno, and it fills its queue
+TCP_MACHINE = "machine"  # topology.tcp: keep this machine's default (new namespaces copy it)
+
 Rate = Annotated[
     int,
     BeforeValidator(parse_rate),
@@ -163,11 +166,11 @@ class Topology(BaseModel):
         le=1_000_000,
         description="FIFO length per class in packets (overrides the profile)",
     )
-    tcp: str | None = Field(
-        None,
+    tcp: str = Field(
+        TCP_RENO,
         pattern=r"^[a-z0-9_]+$",
-        description="TCP congestion control in every host, e.g. cubic, reno, bbr, dctcp "
-        "(default: this machine's own, recorded in summary.json)",
+        description="TCP congestion control in every host, e.g. reno, cubic, bbr, dctcp; "
+        "'machine' keeps this machine's own default (recorded in summary.json either way)",
     )
     prefix: Prefix = Field(
         ipaddress.IPv4Network("10.10.0.0/24"),

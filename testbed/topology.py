@@ -38,6 +38,8 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from testbed.scenario import TCP_MACHINE
+
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
 
@@ -352,4 +354,5 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
 def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
     """The graph of the scenario's topology kind."""
     plan = leaf_spine(s, run_id) if s.topology.kind == "leaf-spine" else single_tor(s, run_id)
-    return replace(plan, tcp_congestion=s.topology.tcp)
+    tcp = None if s.topology.tcp == TCP_MACHINE else s.topology.tcp
+    return replace(plan, tcp_congestion=tcp)

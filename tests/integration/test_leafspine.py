@@ -7,6 +7,7 @@ fixed by the scenario, never with figures the orchestrator computed from the sam
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ FABRIC = {"kind": "leaf-spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2}
 
 @pytest.fixture
 def fabric():
-    with built_network({**FABRIC, "tcp": "reno"}, "1eaf5b") as built:
+    with built_network(FABRIC, "1eaf5b") as built:
         yield built
 
 
@@ -142,11 +143,21 @@ def test_strict_priority_holds_on_congested_fabric_links(congested):
     assert sum(f["goodput_bps"] for f in highs) >= 8 * sum(f["goodput_bps"] for f in lows)
 
 
-def test_hosts_use_the_scenario_congestion_control(fabric):
+def test_hosts_use_reno_unless_the_scenario_says(fabric):
+    """Reno by default, whatever this machine's own default is (BBR here): the same scenario
+    measures the same on every machine."""
     topo, _ = fabric
     for h in topo.hosts:
         r = in_ns(h.netns, "cat", "/proc/sys/net/ipv4/tcp_congestion_control")
         assert r.stdout.strip() == "reno", (h.name, r.stdout)
+
+
+def test_tcp_machine_keeps_the_machines_congestion_control():
+    machine = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    with built_network({"hosts": 2, "tcp": "machine"}, "cc0a11") as (topo, _):
+        for h in topo.hosts:
+            r = in_ns(h.netns, "cat", "/proc/sys/net/ipv4/tcp_congestion_control")
+            assert r.stdout.strip() == machine, (h.name, r.stdout)
 
 
 def test_an_unknown_congestion_control_is_refused_before_anything_exists(tmp_path):

@@ -22,6 +22,16 @@ def test_address_plan():
     assert len({h.data_ip for h in p.hosts} | {h.mgmt_ip for h in p.hosts}) == 8
 
 
+def test_hosts_get_reno_unless_the_scenario_names_another_or_the_machines():
+    def tcp(**topo):
+        s = load_scenario_data({"name": "t", "topology": {"hosts": 2, **topo}}, "s.yaml")
+        return build_plan(s, "a1b2c3").tcp_congestion
+
+    assert tcp() == "reno"
+    assert tcp(tcp="cubic") == "cubic"
+    assert tcp(tcp="machine") is None  # nothing written: new namespaces copy the machine's
+
+
 def test_custom_prefixes():
     p = plan(3, prefix="192.168.7.0/24", management_prefix="172.20.0.0/16")
     assert all(h.data_ip in ipaddress.IPv4Network("192.168.7.0/24") for h in p.hosts)
