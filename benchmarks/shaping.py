@@ -6,6 +6,11 @@
                      TCP carries 1448 B each
   cpu_busy           the machine's CPU share in use during each goodput run (/proc/stat): near
                      1.0, the CPU, not the shaper, is what limits the rate
+  goodput_ratio_jumbo   the same with `mtu: 9000` at 1 to 10 Gbit/s (ceiling 8948/9014 ≈ 0.993),
+                     and cpu_busy_jumbo beside it
+  small_flow_over_link  the fastest small web-search flow (4-100 KB, idle links, 5 % load) over
+                     its link rate, at 10 Mbit/s, 100 Mbit/s and 1 Gbit/s, with 1500- and
+                     9000-byte MTUs: above 1.0 a flow beat the wire
   priority_isolation mean completion time of short high-class transfers while the low class
                      saturates the link, over the same on an idle link (thesis-2band)
   fifo_isolation     the same ratio under the fifo profile: what priority buys
@@ -56,13 +61,13 @@ def cpu_times() -> tuple[int, int]:
     return sum(f) - idle, sum(f)
 
 
-def goodput(rate: str, duration: str) -> tuple[float, float]:
+def goodput(rate: str, duration: str, mtu: int = 1500) -> tuple[float, float]:
     b0, t0 = cpu_times()
     s = run_one(
         "goodput",
         {
             "duration": duration,
-            "topology": {"hosts": 2, "link_rate": rate},
+            "topology": {"hosts": 2, "link_rate": rate, "mtu": mtu},
             "tc_profile": "fifo",
             "workloads": {"linkcheck": {"pattern": "single", "short": False}},
         },
@@ -73,7 +78,7 @@ def goodput(rate: str, duration: str) -> tuple[float, float]:
     ratio = flow["goodput_bps"] / s["linkcheck"]["link_rate_bps"]
     wire = next(x for x in s["links"] if x["node"] == "h1" and x["direction"] == "up")
     print(
-        f"goodput at {rate:>7}: {flow['goodput_bps'] / 1e6:8.2f} Mbit/s = {ratio:.4f} of the cap "
+        f"goodput at {rate:>7}, MTU {mtu}: {flow['goodput_bps'] / 1e6:8.2f} Mbit/s = {ratio:.4f} of the cap "
         f"(wire {wire['classes']['be']['rate_bps'] / 1e6:.2f} Mbit/s), CPU busy {busy:.0%}"
     )
     return ratio, busy
@@ -106,6 +111,30 @@ def short_fct(profile: str, loaded: bool, rate: str, duration: str) -> float:
         f"mean {st['mean'] * 1e3:7.2f} ms  p99 {st['p99'] * 1e3:7.2f} ms  (n={st['count']})"
     )
     return st["mean"]
+
+
+def small_flow_over_link(rate: str, mtu: int, duration: str) -> float | None:
+    """The worst case for a token bucket: every bucket full when a small flow starts."""
+    with tempfile.TemporaryDirectory() as d:
+        cdf = Path(d) / "small.csv"
+        cdf.write_text("bytes,cdf\n4000,0\n100000,1\n")
+        s = run_one(
+            "small",
+            {
+                "duration": duration,
+                "measure": {"warmup": "1s", "cooldown": "1s"},
+                "topology": {"hosts": 3, "link_rate": rate, "mtu": mtu},
+                "tc_profile": "thesis-2band",
+                "workloads": {"websearch": {"sizes": str(cdf), "utilization": "5%"}},
+            },
+        )
+    w = s["websearch"]
+    fastest = w["max_flow_rate_over_link"]
+    print(
+        f"small flows at {rate:>7}, MTU {mtu}: fastest {fastest or 0:.3f} of the link, "
+        f"{w['flows_over_link_rate']} of {w['fct_s']['all']['count']} above it"
+    )
+    return w["max_flow_rate_over_link"]
 
 
 def setup_teardown(topology: dict[str, Any]) -> tuple[float, float, float]:
@@ -193,6 +222,12 @@ def main() -> int:
     d = "5s" if args.quick else "10s"
     rates = ("10mbit", "100mbit", "1gbit", "2.5gbit", "5gbit", "10gbit")
     measured = {rate: goodput(rate, d) for rate in rates}
+    jumbo = {rate: goodput(rate, d, 9000) for rate in rates[2:]}
+    small = {
+        f"{rate}/{mtu}": small_flow_over_link(rate, mtu, "16s")
+        for rate in ("10mbit", "100mbit", "1gbit")
+        for mtu in (1500, 9000)
+    }
     iso = {}
     for profile in ("thesis-2band", "fifo"):
         idle = short_fct(profile, False, "100mbit", d)
@@ -216,6 +251,9 @@ def main() -> int:
     result = {
         "goodput_ratio": {k: round(v[0], 4) for k, v in measured.items()},
         "cpu_busy": {k: round(v[1], 2) for k, v in measured.items()},
+        "goodput_ratio_jumbo": {k: round(v[0], 4) for k, v in jumbo.items()},
+        "cpu_busy_jumbo": {k: round(v[1], 2) for k, v in jumbo.items()},
+        "small_flow_over_link": {k: None if v is None else round(v, 3) for k, v in small.items()},
         "priority_isolation": round(iso["thesis-2band"], 3),
         "fifo_isolation": round(iso["fifo"], 3),
         "setup_s": {k: round(v, 3) for k, v in setup.items()},

@@ -48,6 +48,7 @@ RTM_NEWROUTE = 24
 
 IFF_UP = 0x1
 IFLA_IFNAME = 3
+IFLA_MTU = 4
 IFLA_MASTER = 10
 IFLA_LINKINFO = 18
 IFLA_NET_NS_FD = 28
@@ -105,16 +106,18 @@ def veth(
     peer_index: int,
     peer_netns_fd: int,
     master: int | None = None,
+    mtu: int | None = None,
 ) -> bytes:
     """Both ends of a veth with the indexes given: this end in the socket's namespace, up, in
     bridge `master` if any; the peer straight in its namespace (`peer_netns_fd`, open until
     sent), down: the kernel configures the peer before the pair is joined, and opening a veth
-    without its peer fails (ENOTCONN), so the peer's namespace brings it up (link_up)."""
+    without its peer fails (ENOTCONN), so the peer's namespace brings it up (link_up). `mtu`
+    applies to both ends (a bridge follows its ports' smallest)."""
+    mtu_attr = b"" if mtu is None else _attr(IFLA_MTU, struct.pack("=I", mtu))
     peer_info = IFINFO.pack(0, 0, peer_index, 0, 0)
-    peer_info += _attr(IFLA_IFNAME, _name(peer)) + _attr(
-        IFLA_NET_NS_FD, struct.pack("=I", peer_netns_fd)
-    )
-    attrs = _attr(IFLA_IFNAME, _name(name))
+    peer_info += _attr(IFLA_IFNAME, _name(peer)) + mtu_attr
+    peer_info += _attr(IFLA_NET_NS_FD, struct.pack("=I", peer_netns_fd))
+    attrs = _attr(IFLA_IFNAME, _name(name)) + mtu_attr
     if master is not None:
         attrs += _attr(IFLA_MASTER, struct.pack("=I", master))
     attrs += _nest(

@@ -331,7 +331,7 @@ def _live(
         ui.phase("shaping links")
         state.set_phase("shaping")
         t = s.topology
-        spec = LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit)
+        spec = LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit, t.mtu)
         plans = plan_links(topo.link_ends(), spec, s.tc_profile, netem)
         state.record(
             *(

@@ -166,6 +166,13 @@ class Topology(BaseModel):
         le=1_000_000,
         description="FIFO length per class in packets (overrides the profile)",
     )
+    mtu: int = Field(
+        1500,
+        ge=576,
+        le=9216,
+        description="MTU of every data link, in bytes (9000: jumbo frames, a sixth of the "
+        "packets per second); the management network keeps 1500",
+    )
     tcp: str = Field(
         TCP_RENO,
         pattern=r"^[a-z0-9_]+$",
@@ -843,6 +850,8 @@ def _describe(err: dict[str, Any]) -> str:
         return f"{path}: must be a string, {got}; write the word in quotes: '{a}', '{b}' or '{c}'"
     if kind == "literal_error":
         return f"{path}: must be one of {ctx.get('expected')}, got {given!r}"
+    if kind == "string_type":
+        return f"{path}: must be a string, got {'nothing' if given is None else repr(given)}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return f"{path}: must be a whole number, got {given!r}"
     if kind == "string_pattern_mismatch":

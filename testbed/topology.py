@@ -147,6 +147,7 @@ class TopologyPlan:
     hosts: tuple[Host, ...]
     hosts_per_switch: int
     tcp_congestion: str | None = None  # set in every host; None: the machine's default
+    mtu: int = 1500  # every data link; the management network keeps 1500
 
     @property
     def namespaces(self) -> list[str]:
@@ -355,4 +356,4 @@ def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
     """The graph of the scenario's topology kind."""
     plan = leaf_spine(s, run_id) if s.topology.kind == "leaf-spine" else single_tor(s, run_id)
     tcp = None if s.topology.tcp == TCP_MACHINE else s.topology.tcp
-    return replace(plan, tcp_congestion=tcp)
+    return replace(plan, tcp_congestion=tcp, mtu=s.topology.mtu)

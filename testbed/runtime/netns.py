@@ -228,16 +228,25 @@ class NetnsRuntime:
     def _build_link(self, lk: Link, a: nl.Batch, b: nl.Batch, fds: dict[str | None, int]) -> None:
         """A host link is made in its switch (the port joins the bridge as it is created),
         with the host's end placed in the host; a fabric link in its leaf."""
+        mtu = self.plan.mtu if self.plan.mtu != 1500 else None  # else the kernel default
         if lk.tier == "host":
             b.add(
                 nl.veth(
-                    lk.b.ifname, lk.b.index, lk.a.ifname, lk.a.index, fds[lk.a.netns], IF_BRIDGE
+                    lk.b.ifname,
+                    lk.b.index,
+                    lk.a.ifname,
+                    lk.a.index,
+                    fds[lk.a.netns],
+                    IF_BRIDGE,
+                    mtu,
                 ),
                 f"veth {lk.b.ifname} to {lk.a.node}",
             )
         else:
             a.add(
-                nl.veth(lk.a.ifname, lk.a.index, lk.b.ifname, lk.b.index, fds[lk.b.netns]),
+                nl.veth(
+                    lk.a.ifname, lk.a.index, lk.b.ifname, lk.b.index, fds[lk.b.netns], None, mtu
+                ),
                 f"veth {lk.a.ifname} to {lk.b.node}",
             )
 

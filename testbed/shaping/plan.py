@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from testbed.shaping.profile import TcProfile
 from testbed.topology import LinkEnd
 
-FRAME_BYTES = 1514  # Ethernet frame for a 1500-byte MTU, as HTB counts it (no FCS/preamble)
+ETHERNET_HEADER = 14  # HTB counts the frame without FCS and preamble
 BURST_SECONDS = 100e-6  # token bucket depth at the link rate (see the module docstring)
 QUANTUM_SECONDS = 0.001
 ROOT = "1:"
@@ -117,6 +117,11 @@ class LinkSpec:
     jitter_s: float = 0.0
     loss_pct: float = 0.0
     queue_limit: int | None = None
+    mtu: int = 1500
+
+    @property
+    def frame_bytes(self) -> int:
+        return self.mtu + ETHERNET_HEADER
 
     @property
     def wants_netem(self) -> bool:
@@ -129,10 +134,10 @@ def burst_bytes(rate_bps: int) -> int:
     return max(1, round(rate_bps / 8 * BURST_SECONDS))
 
 
-def quantum_bytes(rate_bps: int) -> int:
+def quantum_bytes(rate_bps: int, frame_bytes: int = 1500 + ETHERNET_HEADER) -> int:
     # DRR quantum among equal-priority classes: at least a frame, at most what the kernel
     # accepts without warning (200000).
-    return max(FRAME_BYTES, min(200_000, round(rate_bps / 8 * QUANTUM_SECONDS)))
+    return max(frame_bytes, min(200_000, round(rate_bps / 8 * QUANTUM_SECONDS)))
 
 
 def plan_interface(
@@ -152,14 +157,25 @@ def plan_interface(
     leaves: dict[str, str] = {}
     default_minor = 0x10 + profile.class_names.index(profile.default or profile.class_names[0])
     objects.append(Htb(ROOT, default_minor))
-    objects.append(HtbClass(CAP, ROOT, rate, rate, 0, burst, burst, quantum_bytes(rate)))
+    objects.append(
+        HtbClass(CAP, ROOT, rate, rate, 0, burst, burst, quantum_bytes(rate, link.frame_bytes))
+    )
     for i, cls in enumerate(profile.classes):
         minor = 0x10 + i
         classid = f"1:{minor:x}"
         leaf = f"{minor:x}:"
         guaranteed = max(8_000, round(rate * cls.guaranteed))
         objects.append(
-            HtbClass(classid, CAP, guaranteed, rate, i, burst, burst, quantum_bytes(rate))
+            HtbClass(
+                classid,
+                CAP,
+                guaranteed,
+                rate,
+                i,
+                burst,
+                burst,
+                quantum_bytes(rate, link.frame_bytes),
+            )
         )
         limit = link.queue_limit or cls.limit
         if use_netem:

@@ -86,7 +86,7 @@ def test_a_missing_value_fails_and_says_so():
         (["linkcheck.link_rate_bps > 1mbit"], r"expect\[0\]: .*no 'linkcheck'"),
         (["websearch.censored < 2 * horovod.iteration_time_s.mean"], r"different kinds"),
         (["websearch.fct_s.small.p99 < 2 * predicted"], r"compare a horovod time"),
-        ([5], r"expect\[0\]: Input should be a valid string"),
+        ([5], r"expect\[0\]: must be a string, got 5"),
     ],
 )
 def test_malformed_checks_name_their_index(checks, needle):

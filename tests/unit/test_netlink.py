@@ -92,6 +92,31 @@ def test_veth_is_what_pyroute2_sends_plus_the_peers_index(ref):
     assert mine == theirs
 
 
+def test_a_veth_with_an_mtu_sets_it_on_both_ends(ref):
+    mine = decoded(ifinfmsg, nl.veth("h7", 1007, "eth0", 100, 9, master=100, mtu=9000))
+    theirs = decoded(
+        ifinfmsg,
+        ref(
+            lambda b: b.link(
+                "add", ifname="h7", index=1007, kind="veth", master=100, state="up", mtu=9000,
+                peer={"ifname": "eth0", "net_ns_fd": 9, "mtu": 9000},
+            )
+        ),
+    )  # fmt: skip
+
+    def peer(msg):
+        ((_, info),) = [a for a in msg["attrs"] if a[0] == "IFLA_LINKINFO"]
+        ((_, data),) = [a for a in info["attrs"] if a[0] == "IFLA_INFO_DATA"]
+        return data["attrs"][0][1]
+
+    assert ("IFLA_MTU", 9000) in mine["attrs"] and ("IFLA_MTU", 9000) in peer(mine)["attrs"]
+    peer(mine).update(index=0)
+    for msg in (mine, theirs):  # the kernel reads attributes by type, in any order
+        msg["attrs"] = sorted(msg["attrs"], key=repr)
+        peer(msg)["attrs"] = sorted(peer(msg)["attrs"], key=repr)
+    assert mine == theirs
+
+
 def test_enslave_and_isolate_by_name_are_what_pyroute2_sends(ref):
     enslave = ref(lambda b: b.link("set", ifname="tbxm3", master=41, state="up"))
     assert decoded(ifinfmsg, nl.enslave("tbxm3", 41)) == decoded(ifinfmsg, enslave)

@@ -115,3 +115,13 @@ def test_burst_below_one_byte_rounds_up_to_one():
     # 60 kbit/s: 7500 B/s × 1e-4 s = 0.75 B → rounds to 1; 100 kbit/s: 12 500 × 1e-4 = 1.25 → 1
     assert burst_bytes(60_000) == burst_bytes(100_000) == 1
     assert burst_bytes(400_000) == 5  # 50 000 B/s × 1e-4 s = 5 B
+
+
+def test_the_quantum_holds_a_whole_frame_of_the_links_mtu():
+    """At 10 Mbit/s 1 ms of the rate is 1250 bytes, less than a frame: the quantum is one
+    frame, 1514 bytes, or 9014 with jumbo frames (the kernel warns below a frame)."""
+    for mtu, frame in ((1500, 1514), (9000, 9014)):
+        p = plan_interface(END, LinkSpec(10**7, mtu=mtu), profile("thesis-2band"), False)
+        assert {c.quantum for c in of(p, HtbClass)} == {frame}
+    p = plan_interface(END, LinkSpec(10**9, mtu=9000), profile("thesis-2band"), False)
+    assert {c.quantum for c in of(p, HtbClass)} == {125_000}  # 1 ms at 1 Gbit/s

@@ -83,3 +83,20 @@ def test_compute_bound_and_network_bound_by_hand():
     assert slow.iteration_s == pytest.approx(2.4)
     fused = simulate(layers, Network(2, 8e6, efficiency=1.0), Schedule(2 * MB, "dynamic"))
     assert [t.layers for t in fused.transfers] == [(1,), (0,)]  # b goes alone, a is not ready
+
+
+def test_the_ring_gets_more_of_the_link_with_jumbo_frames():
+    """By hand: two 1448-byte payloads per two 1514-byte frames and one 66-byte ACK is
+    2896 / 3094; with a 9000-byte MTU, 2 · 8948 / (2 · 9014 + 66) = 17896 / 18094."""
+    from testbed.scenario import load_scenario_data
+    from testbed.workloads.predict import ack_efficiency, for_scenario
+
+    assert ack_efficiency() == pytest.approx(2896 / 3094)
+    assert ack_efficiency(9000) == pytest.approx(17896 / 18094)
+    data = {"name": "j", "topology": {"hosts": 2, "link_rate": "1gbit"},
+            "workloads": {"horovod": {"mode": "synthetic"}}}  # fmt: skip
+    small = for_scenario(load_scenario_data(data, "s.yaml"))
+    data["topology"]["mtu"] = 9000
+    jumbo = for_scenario(load_scenario_data(data, "s.yaml"))
+    assert jumbo["efficiency"] == pytest.approx(17896 / 18094)
+    assert jumbo["iteration_s"] < small["iteration_s"]
