@@ -423,6 +423,7 @@ def _live(
             **sections,
         }  # fmt: skip
         summary["metrics"] = metrics.section(summary)
+        _physics_warnings(summary, warnings)
         if hold is not None and held is None:
             held = _hold(hold, run_id, topo, state, ui, stop, rt, metrics, plans)
         if held is not None:
@@ -442,6 +443,19 @@ def _live(
             log.exception("stopping metrics failed")
         finally:
             rt.close()
+
+
+def _physics_warnings(summary: dict[str, Any], warnings: list[str]) -> None:
+    """What no real network can do is said out loud, not only counted in the summary."""
+    ws = summary.get("websearch") or {}
+    if ws.get("flows_over_link_rate"):
+        msg = (
+            f"{ws['flows_over_link_rate']} web-search flow(s) moved their bytes faster than "
+            f"their link (fastest {ws['max_flow_rate_over_link']:.2f}x the link rate): their "
+            "FCTs are shorter than the link allows (a large topology.mtu on a slow link does this)"
+        )
+        warnings.append(msg)
+        log.warning(msg)
 
 
 def _hold(

@@ -45,6 +45,11 @@ from testbed.topology import LinkEnd
 ETHERNET_HEADER = 14  # HTB counts the frame without FCS and preamble
 BURST_SECONDS = 100e-6  # token bucket depth at the link rate (see the module docstring)
 QUANTUM_SECONDS = 0.001
+# A token bucket lets a packet through whenever it holds any tokens, so each hop may pass one
+# frame at once. Small web-search flows (4-100 KB, idle links) never beat the wire with
+# frames of up to 1.21 ms (1500 B at 10 Mbit/s: fastest 0.966 of the link; 9000 B at
+# 100 Mbit/s: 0.939), but did with 7.2 ms ones (9000 B at 10 Mbit/s: 29 of 52, up to 1.21x).
+SLOW_FRAME_SECONDS = 1.25e-3
 ROOT = "1:"
 CAP = "1:1"
 
@@ -151,6 +156,15 @@ def plan_interface(
             "(load it with `modprobe sch_netem`, or use a kernel built with CONFIG_NET_SCH_NETEM)"
         )
     rate = link.rate_bps
+    frame_s = link.frame_bytes * 8 / rate
+    if frame_s > SLOW_FRAME_SECONDS:
+        notes.append(
+            f"topology.mtu: a {link.frame_bytes}-byte frame takes {frame_s * 1e3:.1f} ms at "
+            f"{rate / 1e6:g} Mbit/s and a shaper lets one through at once, so flows of a few "
+            f"frames can finish faster than the link allows; keep mtu 1500 on links this slow "
+            f"(jumbo frames are for about {link.frame_bytes * 8 / SLOW_FRAME_SECONDS / 1e6:.0f} "
+            f"Mbit/s and up)"
+        )
     burst = burst_bytes(rate)
     objects: list[TcObject] = []
     classes: dict[str, str] = {}

@@ -125,3 +125,12 @@ def test_the_quantum_holds_a_whole_frame_of_the_links_mtu():
         assert {c.quantum for c in of(p, HtbClass)} == {frame}
     p = plan_interface(END, LinkSpec(10**9, mtu=9000), profile("thesis-2band"), False)
     assert {c.quantum for c in of(p, HtbClass)} == {125_000}  # 1 ms at 1 Gbit/s
+
+
+def test_jumbo_frames_on_a_slow_link_are_called_out():
+    """A 9014-byte frame takes 7.2 ms at 10 Mbit/s (small flows then beat the wire); 1514
+    bytes at 10 Mbit/s take 1.2 ms and 9014 at 100 Mbit/s 0.72 ms, which measured fine."""
+    slow = plan_interface(END, LinkSpec(10**7, mtu=9000), profile("fifo"), False)
+    assert any("topology.mtu" in n and "7.2 ms" in n for n in slow.notes), slow.notes
+    for rate, mtu in ((10**7, 1500), (10**8, 9000)):
+        assert not plan_interface(END, LinkSpec(rate, mtu=mtu), profile("fifo"), False).notes
