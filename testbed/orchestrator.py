@@ -316,6 +316,8 @@ def _live(
     workloads: list[Workload] = []
     metrics: MetricsSession | None = None
     try:
+        metrics = MetricsSession(s, topo, run_dir, run_id)
+        metrics.begin(state.record)  # an embedded Prometheus starts up while we build
         ui.phase(f"building {len(topo.hosts)} hosts, {len(topo.switches)} switch(es)")
         state.set_phase("building")
         t0 = time.monotonic()
@@ -358,7 +360,6 @@ def _live(
 
         # absolute: a container sees the run folder at the same path, but not our cwd
         workloads = make_workloads(s, topo, rt, run_dir.resolve())
-        metrics = MetricsSession(s, topo, run_dir, run_id)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
         state.set_phase("starting workloads")
         metrics.start({w.name: w.targets() for w in workloads}, state.record)

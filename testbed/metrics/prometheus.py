@@ -102,9 +102,8 @@ class Prometheus:
         # recorded at once, not once ready: a failed readiness wait must not orphan it
         record({"kind": "process", "name": "prometheus", "pid": self.proc.pid,
                 "start": proc_start_time(self.proc.pid)})  # fmt: skip
-        self._wait_ready()
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,11 @@ from testbed.topology import TopologyPlan
 
 log = logging.getLogger(__name__)
 LINK_FIELDS = ["time", "node", "direction", "class", "bytes", "packets", "drops", "backlog"]
+
+
+def _close(server: Any) -> None:
+    server.shutdown()
+    server.server_close()
 
 
 class MetricsSession:
@@ -38,23 +44,48 @@ class MetricsSession:
     def enabled(self) -> bool:
         return self.cfg.prometheus != "off"
 
+    @property
+    def _labels(self) -> dict[str, str]:
+        return {"run_id": self.run_id, "scenario": self.s.name}
+
+    def begin(self, record: Callable[[dict[str, Any]], None]) -> None:
+        """Before the network is built: an embedded Prometheus starts now, scraping only the
+        orchestrator's exporter (on 127.0.0.1). Prometheus 2.42 applies discovered targets on
+        a 5 s tick counted from its start, so the tick runs while the network is built rather
+        than after. The nodes' targets are added by `start`, once their addresses exist: a
+        scrape of a management address with no route yet would leave the machine.
+        `record` writes an object to the state file; it is called before each object this
+        session creates outside the run folder exists (the Prometheus process, the file_sd
+        file), so a run killed at any moment leaves neither behind."""
+        if self.cfg.prometheus != "embedded":
+            return
+        self.collector, self.server, port = orchestrator_exporter("127.0.0.1")
+        self.targets = {"orchestrator": [f"127.0.0.1:{port}"]}
+        self.sink = Prometheus(self.run_dir, self.cfg.scrape_interval, record)
+        self.sink.set_targets(self.targets, self._labels)
+
     def start(
         self, workload_targets: dict[str, list[str]], record: Callable[[dict[str, Any]], None]
     ) -> None:
-        """`record` writes an object to the state file; it is called before each object this
-        session creates outside the run folder exists (the Prometheus process, the file_sd
-        file), so a run killed at any moment leaves neither behind."""
+        """Once the network exists: the nodes' targets join the embedded server's file, or
+        every target is registered with an external Prometheus (the orchestrator's exporter
+        on the management bridge, an address the host's containers can reach too)."""
         if not self.enabled:
             return
-        self.collector, self.server, port = orchestrator_exporter(str(self.topo.mgmt_bridge_ip))
-        self.targets = {"orchestrator": [f"{self.topo.mgmt_bridge_ip}:{port}"], **workload_targets}
-        labels = {"run_id": self.run_id, "scenario": self.s.name}
         if self.cfg.prometheus == "embedded":
-            self.sink = Prometheus(self.run_dir, self.cfg.scrape_interval, record)
+            if self.sink is None:
+                self.begin(record)
+            assert isinstance(self.sink, Prometheus)
+            self.targets = {**self.targets, **workload_targets}
+            self.sink.set_targets(self.targets, self._labels)
+            self.sink.wait_ready()
         else:
+            address = str(self.topo.mgmt_bridge_ip)
+            self.collector, self.server, port = orchestrator_exporter(address)
+            self.targets = {"orchestrator": [f"{address}:{port}"], **workload_targets}
             self.sink = ExternalTargets(Path(self.cfg.file_sd_dir or ""), self.run_id, self.cfg.url)
             record({"kind": "file", "path": str(self.sink.path)})
-        self.sink.set_targets(self.targets, labels)
+            self.sink.set_targets(self.targets, self._labels)
         n = sum(len(v) for v in self.targets.values())
         where = self.sink.url if isinstance(self.sink, Prometheus) else self.sink.path
         log.info("metrics: %d scrape targets every %.1f s → %s", n, self.cfg.scrape_interval, where)
@@ -126,8 +157,8 @@ class MetricsSession:
             try:
                 if self.server is not None:
                     server, self.server = self.server, None
-                    server.shutdown()
-                    server.server_close()
+                    # shutdown() waits out serve_forever's 0.5 s poll: let a thread do that
+                    threading.Thread(target=_close, args=(server,), daemon=True).start()
             finally:
                 if not self._links.closed:
                     self._links.close()
