@@ -4,8 +4,10 @@
   goodput_ratio      single-flow TCP goodput / configured cap (fifo profile), at 10 Mbit/s to
                      10 Gbit/s; at most 1448/1514 ≈ 0.956, since HTB counts Ethernet frames and
                      TCP carries 1448 B each
-  cpu_busy           the machine's CPU share in use during each goodput run (/proc/stat): near
-                     1.0, the CPU, not the shaper, is what limits the rate
+  cpu_busy           the machine's CPU share in use during each goodput run's window (summary
+                     host_cpu): near 1.0, the CPU, not the shaper, is what limits the rate
+  cpu_steal          the share a hypervisor took from this VM over the same window: above a
+                     few percent the figure says more about the neighbours than the shaper
   goodput_ratio_jumbo   the same with `mtu: 9000` at 1 to 10 Gbit/s (ceiling 8948/9014 ≈ 0.993),
                      and cpu_busy_jumbo beside it
   small_flow_over_link  the fastest small web-search flow (4-100 KB, idle links, 5 % load) over
@@ -54,15 +56,7 @@ def run_one(name: str, data: dict[str, Any]) -> dict[str, Any]:
         return run(s, out=Path(d) / "run").summary
 
 
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine so far."""
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = f[3] + f[4]  # idle + iowait
-    return sum(f) - idle, sum(f)
-
-
-def goodput(rate: str, duration: str, mtu: int = 1500) -> tuple[float, float]:
-    b0, t0 = cpu_times()
+def goodput(rate: str, duration: str, mtu: int = 1500) -> tuple[float, float, float]:
     s = run_one(
         "goodput",
         {
@@ -72,16 +66,16 @@ def goodput(rate: str, duration: str, mtu: int = 1500) -> tuple[float, float]:
             "workloads": {"linkcheck": {"pattern": "single", "short": False}},
         },
     )
-    b1, t1 = cpu_times()
-    busy = (b1 - b0) / max(1, t1 - t0)
+    busy, steal = s["host_cpu"]["busy"], s["host_cpu"]["steal"]
     (flow,) = s["linkcheck"]["bulk"]
     ratio = flow["goodput_bps"] / s["linkcheck"]["link_rate_bps"]
     wire = next(x for x in s["links"] if x["node"] == "h1" and x["direction"] == "up")
     print(
         f"goodput at {rate:>7}, MTU {mtu}: {flow['goodput_bps'] / 1e6:8.2f} Mbit/s = {ratio:.4f} of the cap "
-        f"(wire {wire['classes']['be']['rate_bps'] / 1e6:.2f} Mbit/s), CPU busy {busy:.0%}"
+        f"(wire {wire['classes']['be']['rate_bps'] / 1e6:.2f} Mbit/s), CPU busy {busy:.0%}, "
+        f"steal {steal:.0%}"
     )
-    return ratio, busy
+    return ratio, busy, steal
 
 
 def short_fct(profile: str, loaded: bool, rate: str, duration: str) -> float:
@@ -251,8 +245,10 @@ def main() -> int:
     result = {
         "goodput_ratio": {k: round(v[0], 4) for k, v in measured.items()},
         "cpu_busy": {k: round(v[1], 2) for k, v in measured.items()},
+        "cpu_steal": {k: round(v[2], 2) for k, v in measured.items()},
         "goodput_ratio_jumbo": {k: round(v[0], 4) for k, v in jumbo.items()},
         "cpu_busy_jumbo": {k: round(v[1], 2) for k, v in jumbo.items()},
+        "cpu_steal_jumbo": {k: round(v[2], 2) for k, v in jumbo.items()},
         "small_flow_over_link": {k: None if v is None else round(v, 3) for k, v in small.items()},
         "priority_isolation": round(iso["thesis-2band"], 3),
         "fifo_isolation": round(iso["fifo"], 3),

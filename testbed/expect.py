@@ -45,6 +45,7 @@ TEMPLATE: dict[str, Any] = {
     "teardown_s": "s",
     "setup_s": {"build": "s", "shape": "s", "workloads_ready": "s"},
     "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s", "edges_late_s": ["s"]},
+    "host_cpu": {"cores": "1", "busy": "1", "steal": "1"},
     "links": [
         {
             "rate_bps": "bps",

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed import preflight
+from testbed import hostcpu, preflight
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.metrics.session import MetricsSession
 from testbed.runtime.base import Runtime, make_runtime, teardown
@@ -380,8 +380,11 @@ def _live(
                 t_ready, START_MARGIN_S, window.warmup, window.duration - window.cooldown, s.duration,
             )  # fmt: skip
             ui.phase("running")
-            snaps = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)
+            *snaps, host_cpu = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)
             late_edges = _late_edges(window, *snaps)
+            for msg in hostcpu.warnings(host_cpu):
+                warnings.append(msg)
+                log.warning(msg)
             state.set_phase("draining")
             _drain(window, workloads, metrics, rt, plans, ui, stop)
             t_drain = max(0.0, time.time() - window.end)
@@ -399,13 +402,15 @@ def _live(
         else:  # --hold without workloads: the links' counters cover the hold itself
             t_ready = t_drain = 0.0
             late_edges = [0.0, 0.0]
+            cpu0 = hostcpu.read()
             w0 = _snapshot(rt, plans)
             held = _hold(hold, run_id, topo, state, ui, stop, rt, metrics, plans)
             final = _settled_snapshot(rt, plans)
             metrics.update(plans, final)
             metrics.final_scrape()
             window = Window(w0[0], max(final[0] - w0[0], 1e-3), 0.0, 0.0, 0.0)
-            snaps = (w0, final)
+            snaps = [w0, final]
+            host_cpu = hostcpu.between(cpu0, hostcpu.read())
         summary = {
             "scenario": s.name,
             "run_id": run_id,
@@ -417,6 +422,7 @@ def _live(
             "tcp_congestion": preflight.tcp_congestion(s),
             "started_at": window.t0,
             "window": {**window.summary(), "edges_late_s": late_edges},
+            "host_cpu": host_cpu,
             "setup_s": {"build": round(t_build, 3), "shape": round(t_shape, 3),
                         "workloads_ready": round(t_ready, 3)},
             "drain_s": round(t_drain, 3),
@@ -571,10 +577,12 @@ def _run_window(
     plans: list[InterfacePlan],
     ui: UI,
     stop: StopFlag,
-) -> tuple[Snapshot, Snapshot]:
+) -> tuple[Snapshot, Snapshot, dict[str, Any]]:
     """From t0 to the end of the run; the link counters are read at the two edges of the
-    measured window itself, so link rates cover exactly what the flows and iterations do."""
+    measured window itself, so link rates cover exactly what the flows and iterations do,
+    and the machine's CPU times with them (summary `host_cpu`)."""
     edges: list[Snapshot] = []
+    cpu: list[hostcpu.CpuTimes] = []
     marks = [window.start, window.stop]
     while (now := time.time()) < window.end:
         # the counters first: an edge read late on a busy machine stretches the window
@@ -582,6 +590,7 @@ def _run_window(
         snap = _snapshot(rt, plans)
         while marks and snap[0] >= marks[0]:
             edges.append(snap)
+            cpu.append(hostcpu.read())
             marks.pop(0)
         stop.check()
         rt.check()
@@ -596,8 +605,9 @@ def _run_window(
     last = _snapshot(rt, plans)
     while len(edges) < 2:
         edges.append(last)
+        cpu.append(hostcpu.read())
     ui.running(s.duration, s.duration, "")
-    return edges[0], edges[1]
+    return edges[0], edges[1], hostcpu.between(cpu[0], cpu[1])
 
 
 def _late_edges(window: Window, w0: Snapshot, w1: Snapshot) -> list[float]:

@@ -27,7 +27,7 @@ from tests.integration.helpers import (
     link,
     present_objects,
     run_cli,
-    run_scenario,
+    run_until,
     running,
     spawn_up,
 )
@@ -125,8 +125,8 @@ def test_containers_capped_both_ways_and_classes_hit(tmp_path, image, pattern, d
     """4 containers: h1 sends to (outcast) or receives from (incast) the three others, so
     only h1's uplink or downlink can hold the sum to the cap (±5 %); bulk flows in the high
     class, short transfers in the low one, each counted in its class. Python bulk flows on
-    2 cores stall the machine now and then (test_shaping.run_unstalled, same on netns); one
-    such run is retried."""
+    2 cores stall the machine now and then (helpers.run_until, same on netns); such a run is
+    retried."""
     rate = 50_000_000
     data = {
         "runtime": "docker",
@@ -137,13 +137,14 @@ def test_containers_capped_both_ways_and_classes_hit(tmp_path, image, pattern, d
             "linkcheck": {"pattern": pattern, "bulk_classes": ["high"], "short_class": "low"}
         },
     }
-    for attempt in range(2):
-        s = run_scenario(tmp_path / f"try{attempt}", data)
-        assert s["status"] == "ok" and s["runtime"] == "docker"
-        classes = link(s, "h1", direction)["classes"]
-        wire = sum(c["rate_bps"] for c in classes.values())
-        if wire >= 0.95 * rate:
-            break
+
+    def wire_of(s: dict) -> float:
+        return sum(c["rate_bps"] for c in link(s, "h1", direction)["classes"].values())
+
+    s = run_until(tmp_path, data, lambda s: wire_of(s) >= 0.95 * rate)
+    assert s["status"] == "ok" and s["runtime"] == "docker"
+    classes = link(s, "h1", direction)["classes"]
+    wire = wire_of(s)
     assert wire == pytest.approx(rate, rel=0.05), f"h1 {direction}: {wire / 1e6:.1f} Mbit/s"
     assert classes["high"]["rate_bps"] > 0.9 * rate
     # the short transfers (one 10 kB response every 100 ms) are in the low class
@@ -371,16 +372,14 @@ def test_docker_firewall_is_left_alone_and_netns_still_passes_traffic(tmp_path, 
     assert Path("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
     rate = 50_000_000
     for runtime in ("netns", "docker"):
-        # a run stalled by this 2-core machine is retried (test_shaping.run_unstalled)
-        for attempt in range(3):
-            s = run_scenario(
-                tmp_path / f"{runtime}{attempt}",
-                {"runtime": runtime, "duration": "5s", "topology": {"hosts": 2, "link_rate": rate},
-                 "workloads": {"linkcheck": {"pattern": "single", "short": False}}},
-            )  # fmt: skip
-            wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
-            if wire >= 0.95 * rate:
-                break
+        # a run stalled by this 2-core machine is retried (helpers.run_until)
+        s = run_until(
+            tmp_path / runtime,
+            {"runtime": runtime, "duration": "5s", "topology": {"hosts": 2, "link_rate": rate},
+             "workloads": {"linkcheck": {"pattern": "single", "short": False}}},
+            lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
+        )  # fmt: skip
+        wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
         assert wire == pytest.approx(rate, rel=0.05), (runtime, wire)
     after = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
 

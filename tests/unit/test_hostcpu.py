@@ -1,0 +1,46 @@
+"""The machine's CPU over the window, from /proc/stat lines worked out by hand."""
+
+import pytest
+
+from testbed import hostcpu
+from testbed.errors import ScenarioError
+from testbed.scenario import load_scenario_data
+
+
+def test_busy_and_steal_shares_between_two_reads():
+    # cpu  user nice system idle iowait irq softirq steal guest guest_nice
+    a = hostcpu.parse("cpu  1000 0 500 8000 100 0 400 0 0 0")
+    b = hostcpu.parse("cpu  1600 0 700 8300 100 0 500 300 0 0")
+    # busy grew 600 + 200 + 100 = 900, steal 300, idle 300: 1500 jiffies in all
+    cpu = hostcpu.between(a, b)
+    assert (cpu["busy"], cpu["steal"]) == (0.6, 0.2)
+    (w,) = hostcpu.warnings(cpu)
+    assert "hypervisor took 20%" in w
+
+
+def test_a_saturated_machine_is_called_out_and_a_quiet_one_is_not():
+    a = hostcpu.parse("cpu  0 0 0 0 0 0 0 0 0 0")
+    assert (
+        "98% busy"
+        in hostcpu.warnings(hostcpu.between(a, hostcpu.parse("cpu  980 0 0 20 0 0 0 0")))[0]
+    )
+    assert hostcpu.warnings(hostcpu.between(a, hostcpu.parse("cpu  300 0 0 700 0 0 0 10"))) == []
+    assert hostcpu.between(a, a)["busy"] is None  # no time passed: no share
+
+
+def test_this_machines_stat_reads():
+    cpu = hostcpu.read()
+    assert cpu.total >= cpu.busy + cpu.steal > 0
+
+
+def test_expectations_may_gate_on_steal():
+    s = load_scenario_data(
+        {"name": "x", "topology": {"hosts": 2}, "workloads": {"linkcheck": {}},
+         "expect": ["host_cpu.steal < 0.05"]}, "s.yaml",
+    )  # fmt: skip
+    assert len(s.expect) == 1
+    with pytest.raises(ScenarioError, match=r"host_cpu\.stael"):
+        load_scenario_data(
+            {"name": "x", "topology": {"hosts": 2}, "workloads": {"linkcheck": {}},
+             "expect": ["host_cpu.stael < 0.05"]}, "s.yaml",
+        )  # fmt: skip
