@@ -171,26 +171,14 @@ def plan_interface(
     leaves: dict[str, str] = {}
     default_minor = 0x10 + profile.class_names.index(profile.default or profile.class_names[0])
     objects.append(Htb(ROOT, default_minor))
-    objects.append(
-        HtbClass(CAP, ROOT, rate, rate, 0, burst, burst, quantum_bytes(rate, link.frame_bytes))
-    )
+    quantum = quantum_bytes(rate, link.frame_bytes)
+    objects.append(HtbClass(CAP, ROOT, rate, rate, 0, burst, burst, quantum))
     for i, cls in enumerate(profile.classes):
         minor = 0x10 + i
         classid = f"1:{minor:x}"
         leaf = f"{minor:x}:"
         guaranteed = max(8_000, round(rate * cls.guaranteed))
-        objects.append(
-            HtbClass(
-                classid,
-                CAP,
-                guaranteed,
-                rate,
-                i,
-                burst,
-                burst,
-                quantum_bytes(rate, link.frame_bytes),
-            )
-        )
+        objects.append(HtbClass(classid, CAP, guaranteed, rate, i, burst, burst, quantum))
         limit = link.queue_limit or cls.limit
         if use_netem:
             objects.append(
