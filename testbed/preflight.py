@@ -202,6 +202,19 @@ def horovod_has_nccl(python: str = sys.executable) -> bool:
     return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
 
 
+def torch_has_cuda() -> bool | None:
+    """Whether the torch the workers import is a CUDA build (it ships libtorch_cuda), found
+    without importing it; None when there is no torch at all."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return any(
+        any((Path(d) / "lib").glob("libtorch_cuda*.so*")) for d in spec.submodule_search_locations
+    )
+
+
 def check_gpus(s: Scenario) -> list[str]:
     """Refuse GPU requests this machine cannot meet (exit 1, before anything exists); return
     the warnings of those it meets differently (`gpus: auto` on a machine without GPUs)."""
@@ -249,6 +262,14 @@ def check_gpus(s: Scenario) -> list[str]:
             "workloads.horovod.gpus with runtime: docker needs the NVIDIA container toolkit; "
             "install it (apt-get install nvidia-container-toolkit), run `nvidia-ctk runtime "
             "configure --runtime=docker` and restart dockerd"
+        )
+    if (s.runtime == "netns" or s.docker.image is None) and torch_has_cuda() is False:
+        # the default node image installs the host's own torch wheel, so one check covers both
+        raise EnvironmentProblem(
+            "workloads.horovod.gpus: the installed torch is a CPU-only build (no "
+            "libtorch_cuda); install a CUDA build into .venv (.venv/bin/pip install torch "
+            "--index-url https://download.pytorch.org/whl/cu130, the CUDA of your driver), "
+            "or leave gpus out"
         )
     if w.backend == "horovod":
         if s.runtime == "docker" and s.docker.image is None:

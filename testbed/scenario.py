@@ -497,7 +497,11 @@ class HorovodWorkload(_Placed):
     iterations: int | None = Field(
         None, ge=1, description="stop after this many (default: run for the duration)"
     )
-    device: Literal["cpu", "cuda"] = "cpu"
+    device: Literal["cpu", "cuda"] = Field(
+        "cpu",
+        description="kept so that older scenarios load; the device follows gpus (device: cuda "
+        "is refused: set gpus instead)",
+    )
     batch_size: int = Field(16, ge=1, description="real mode: samples per step")
 
     derived: HorovodDerived | None = Field(
@@ -726,6 +730,14 @@ class Scenario(BaseModel):
                     ("workloads", key, "barrier"),
                     "torch-ddp always waits for every gradient bucket before the next step, as "
                     "DDP does; remove barrier: false, or use backend: horovod",
+                )
+            if isinstance(w, HorovodWorkload) and w.device == "cuda":
+                # gpus decides the devices, their CUDA_VISIBLE_DEVICES and NCCL's host ids; a
+                # bare device: cuda would put every worker on GPU 0 with none of that
+                raise _FieldError(
+                    ("workloads", key, "device"),
+                    "device: cuda is replaced by gpus; remove device and set gpus: 1 (or all, "
+                    "auto, or a list of device ids)",
                 )
             try:
                 derive.resolve(self, key, w, base)

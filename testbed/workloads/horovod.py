@@ -176,7 +176,7 @@ class HorovodJob(Synchronised):
             "layers": [[x.name, x.params, x.forward_s, x.backward_s] for x in layers],
             "barrier": cfg.barrier,
             "iterations": cfg.iterations,
-            "device": "cuda" if self.on_gpu else cfg.device,
+            "device": "cuda" if self.on_gpu else "cpu",
             "batch_size": cfg.batch_size,
             "seed": self.s.seed,
         }

@@ -60,6 +60,7 @@ def test_backend_and_bucket_cap_defaults():
         ({"gpus": [0, 0]}, "workloads.horovod.gpus"),
         ({"gpus": "some"}, "workloads.horovod.gpus"),
         ({"backend": "torch-ddp", "bucket_cap": 0}, "workloads.horovod.bucket_cap"),
+        ({"device": "cuda"}, "workloads.horovod.device"),  # gpus decides the device
     ],
 )
 def test_bad_combinations_name_the_field(job, needle):
@@ -78,6 +79,7 @@ def _gpu_scenario(job, runtime="netns", image=None):
 def test_workers_may_share_a_gpu_with_a_warning(monkeypatch):
     """Two workers on one GPU: allowed (each has its own NCCL_HOSTID), said in a warning."""
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
+    monkeypatch.setattr(preflight, "torch_has_cuda", lambda: True)
     w = preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 1}))
     assert len(w) == 1 and "2 workers share" in w[0]
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1])
@@ -86,6 +88,12 @@ def test_workers_may_share_a_gpu_with_a_warning(monkeypatch):
 
 def test_gpu_refusals_name_the_field_and_the_fix(monkeypatch):
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
+    # a CPU-only torch cannot use the GPU, whichever backend
+    monkeypatch.setattr(preflight, "torch_has_cuda", lambda: False)
+    for job in ({"backend": "torch-ddp", "gpus": 1}, {"gpus": 1}):
+        with pytest.raises(EnvironmentProblem, match=r"CPU-only build.*download\.pytorch\.org"):
+            preflight.check_gpus(_gpu_scenario(job))
+    monkeypatch.setattr(preflight, "torch_has_cuda", lambda: True)
     with pytest.raises(EnvironmentProblem, match="ask for at most 1"):
         preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 2}))
     with pytest.raises(EnvironmentProblem, match=r"devices \[3\] do not exist"):
@@ -100,6 +108,22 @@ def test_gpu_refusals_name_the_field_and_the_fix(monkeypatch):
     with pytest.raises(EnvironmentProblem, match=r"Dockerfile\.gpu"):
         preflight.check_gpus(_gpu_scenario({"gpus": 1}, runtime="docker"))
     assert preflight.check_gpus(_gpu_scenario({"gpus": 1}, runtime="docker", image="mine"))
+    # the default node image installs this machine's torch; a user's image is its own business
+    monkeypatch.setattr(preflight, "torch_has_cuda", lambda: False)
+    ddp = {"backend": "torch-ddp", "gpus": 1}
+    with pytest.raises(EnvironmentProblem, match="CPU-only build"):
+        preflight.check_gpus(_gpu_scenario(ddp, runtime="docker"))
+    assert preflight.check_gpus(_gpu_scenario(ddp, runtime="docker", image="mine"))
+
+
+def test_the_cpu_torch_installed_here_is_seen_as_cpu_only():
+    """install.sh installs torch's CPU build; found without importing torch."""
+    import importlib.metadata
+
+    pytest.importorskip("torch")
+    if "+cpu" not in importlib.metadata.version("torch"):
+        pytest.skip("this machine's torch is not the CPU build")
+    assert preflight.torch_has_cuda() is False
 
 
 def test_the_cpu_horovod_wheel_has_no_nccl():
