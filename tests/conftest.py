@@ -67,6 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # steal, and every failure in unit tests and in fixtures (leftover objects).
 STEAL_LIMIT = 0.10
 _STEAL = pytest.StashKey[object]()
+_ROOT_STEALS: list[tuple[float, str]] = []  # (steal, test) of every root test that ran
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -75,7 +76,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
     before = hostcpu.read()
     yield
-    item.stash[_STEAL] = hostcpu.between(before, hostcpu.read())["steal"]
+    steal = hostcpu.between(before, hostcpu.read())["steal"]
+    item.stash[_STEAL] = steal
+    if item.get_closest_marker("unit") is None and isinstance(steal, float):
+        _ROOT_STEALS.append((steal, item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How much CPU the hypervisor took during the root tests: the first thing to read when a
+    rate or time bound failed (or was skipped) in CI."""
+    if not _ROOT_STEALS:
+        return
+    worst = sorted(_ROOT_STEALS, reverse=True)
+    over = sum(1 for x, _ in worst if x > 0.05)
+    terminalreporter.write_line(
+        f"hypervisor steal during {len(worst)} root tests: mean "
+        f"{sum(x for x, _ in worst) / len(worst):.1%}, {over} over 5 %, most {worst[0][0]:.1%} "
+        f"({worst[0][1]})"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
