@@ -79,6 +79,9 @@ class Runtime(Protocol):
     # True when every node shares the machine's hostname (plain namespaces): a program that
     # needs its own hostname must ask for its own UTS namespace (spawn_python(new_uts=True)).
     shares_hostname: bool
+    # True when a node sees only the GPUs passed to it, numbered from 0 (a container given
+    # devices 2 and 3 calls them 0 and 1), so CUDA_VISIBLE_DEVICES must count from 0 there.
+    renumbers_gpus: bool
 
     def build(self) -> None: ...  # nodes and links, each recorded in the state file first
     def ipr(self, ns: str | None) -> IPRoute: ...  # netlink inside a node (None: the root)

@@ -182,6 +182,7 @@ def _net_inode(pid: int) -> int | None:
 class DockerRuntime(NetnsRuntime):
     name = "docker"
     shares_hostname = False
+    renumbers_gpus = True  # the NVIDIA toolkit mounts only the requested devices
 
     def __init__(
         self,

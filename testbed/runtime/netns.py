@@ -114,6 +114,7 @@ class NetnsRuntime:
 
     name = "netns"
     shares_hostname = True
+    renumbers_gpus = False  # a namespace sees every GPU of the machine
 
     def __init__(self, plan: TopologyPlan, state: RunState) -> None:
         self.plan = plan

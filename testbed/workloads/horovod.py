@@ -158,7 +158,9 @@ class HorovodJob(Synchronised):
         if not self.on_gpu:
             return {}
         hostid = f"testbed-{self.s.name}-{h.name}"
-        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)), "NCCL_HOSTID": hostid}
+        # a container sees only its own devices, as 0, 1, ...; a namespace sees them all
+        visible = range(len(devices)) if self.rt is not None and self.rt.renumbers_gpus else devices
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, visible)), "NCCL_HOSTID": hostid}
 
     def _record_backend(self, backend: str, env: dict[str, str]) -> None:
         """What the workers were told: the collective backend, the environment every worker

@@ -143,3 +143,21 @@ def test_each_gpu_worker_is_its_own_nccl_host(monkeypatch, tmp_path):
     envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "0"]
     assert len({e["NCCL_HOSTID"] for e in envs}) == 2
+
+
+def test_a_container_counts_its_gpus_from_zero(monkeypatch, tmp_path):
+    """Docker passes through only the requested devices, which the container numbers 0, 1,
+    ...: CUDA_VISIBLE_DEVICES=2 there would name a device it does not have."""
+    from types import SimpleNamespace
+
+    from testbed.topology import single_tor
+    from testbed.workloads.ddp import DdpJob
+
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1, 2, 3])
+    s = _gpu_scenario({"backend": "torch-ddp", "gpus": 2})
+    for renumbers, want in ((False, ["0,1", "2,3"]), (True, ["0,1", "0,1"])):
+        rt = SimpleNamespace(renumbers_gpus=renumbers)
+        job = DdpJob(s.workloads.horovod, s, single_tor(s, "abc123"), rt, tmp_path)
+        assert job.devices == [[0, 1], [2, 3]]  # what the container is given
+        envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
+        assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == want
