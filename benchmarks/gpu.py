@@ -1,7 +1,8 @@
 """GPU hosts: NCCL through a shaped 10 Gbit/s link, and a GPU job's iteration time against the
 prediction. torch-ddp, 2 workers, netns runtime, one GPU each (both on one GPU where the
 machine has one: each worker has its own NCCL_HOSTID, so NCCL accepts that, and the compute
-is emulated, so sharing does not change it).
+is emulated, so sharing does not change it; the two ranks' NCCL kernels time-slice the
+GPU, light work at 1.25 GB/s, so a ratio well below 1 on one GPU is the first thing to doubt).
 
   nccl_goodput_ratio  allreduce payload per iteration / (iteration − compute) over the cap:
                       2(1 − 1/N)·S·8 / (t_iteration − t_compute) / 10 Gbit/s

@@ -60,7 +60,9 @@ print(sys.executable, sys.version.split()[0], "torch", torch.__version__, "cuda"
       torch.cuda.nccl.version() if torch.cuda.is_available() else None)
 EOF
   cat /proc/sys/net/ipv4/tcp_allowed_congestion_control
-  for b in setpriv nsenter ip; do printf '%s: %s\n' "$b" "$(command -v $b || echo MISSING)"; done
+  for b in setpriv nsenter iptables; do printf '%s: %s\n' "$b" "$(command -v $b || echo MISSING)"; done
+  # the training's DSCP rule: iptables with the kernel's owner match and DSCP target
+  iptables -w -t mangle -S >/dev/null && echo "iptables mangle: ok" || echo "iptables mangle: FAILS"
   [ -d "$carry/whl" ] || die "no .gpu-carry/whl: run 'bash scripts/gpu-device.sh prepare' here and carry .gpu-carry"
   echo "== install (no index: the carried wheels, then testbed from this tree)"
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "$carry"/whl/*.whl \

@@ -203,7 +203,7 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
     """Every check that can refuse the run, then the claim of its id and prefixes. Nothing
     but the claim (state file, lock, guardian) exists afterwards; `Claim.release` ends it."""
     preflight.require_root("testbed up")
-    preflight.require_binaries()
+    preflight.require_binaries(s)
     preflight.check_gpus(s)
     preflight.tcp_congestion(s)
     if run_id is not None and not valid_run_id(run_id):

@@ -33,8 +33,13 @@ def require_root(action: str) -> None:
         )
 
 
-def require_binaries() -> None:
-    for name, pkg in BINARIES.items():
+def require_binaries(s: Scenario | None = None) -> None:
+    """The host tools a run of `s` needs, refused before anything exists (the training's DSCP
+    rule needs iptables: a missing one used to surface only once the network was built)."""
+    needed = dict(BINARIES)
+    if s is not None and s.workloads.horovod is not None:
+        needed["iptables"] = "iptables (apt-get install iptables)"
+    for name, pkg in needed.items():
         if shutil.which(name) is None:
             raise EnvironmentProblem(f"the {name} binary is missing; install {pkg}")
 

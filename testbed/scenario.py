@@ -731,6 +731,22 @@ class Scenario(BaseModel):
                     "torch-ddp always waits for every gradient bucket before the next step, as "
                     "DDP does; remove barrier: false, or use backend: horovod",
                 )
+            if isinstance(w, HorovodWorkload) and w.nccl_sockets_per_thread is not None:
+                # NCCL's default is 0 helper threads on a NIC it cannot identify (a veth has
+                # no PCI vendor), and it clamps threads × sockets to 64 (net_socket.cc)
+                threads = w.nccl_socket_threads
+                if threads is None:
+                    raise _FieldError(
+                        ("workloads", key, "nccl_sockets_per_thread"),
+                        "needs nccl_socket_threads too: on the emulated links NCCL starts no "
+                        "socket threads of its own, so sockets per thread alone change nothing",
+                    )
+                if threads * w.nccl_sockets_per_thread > 64:
+                    raise _FieldError(
+                        ("workloads", key, "nccl_sockets_per_thread"),
+                        f"nccl_socket_threads × nccl_sockets_per_thread is "
+                        f"{threads * w.nccl_sockets_per_thread}; NCCL uses at most 64 sockets",
+                    )
             if isinstance(w, HorovodWorkload) and w.device == "cuda":
                 # gpus decides the devices, their CUDA_VISIBLE_DEVICES and NCCL's host ids; a
                 # bare device: cuda would put every worker on GPU 0 with none of that

@@ -40,17 +40,18 @@ PRELOAD = ("torch", "torch.distributed", WORKER_MODULE, STORE_MODULE)
 
 def gpu_assignment(gpus: Any, visible: list[int], workers: int) -> list[list[int]]:
     """Device ids per worker: a count n gives each worker n devices, round-robin over the
-    visible ones; `all` gives each worker
-    every device; a list gives each worker those ids. (Two workers on one device come out of
-    a count larger than the devices allow; preflight.check_gpus refuses that for NCCL.)"""
+    visible ones; `all` (and `auto`) every visible device, a list those ids. A worker computes
+    on the first of its devices, so a shared list is rotated per worker: with `all` on two
+    GPUs the two workers start on different ones. (Workers may share a device: each is its
+    own host to NCCL, see HorovodJob._device_env.)"""
     if not visible or gpus is None:
         return [[] for _ in range(workers)]
-    if gpus in ("all", "auto"):
-        return [list(visible) for _ in range(workers)]
-    if isinstance(gpus, list):
-        return [list(gpus) for _ in range(workers)]
-    n = int(gpus)
-    return [[visible[(k * n + j) % len(visible)] for j in range(n)] for k in range(workers)]
+    if isinstance(gpus, int) and not isinstance(gpus, bool):
+        return [
+            [visible[(k * gpus + j) % len(visible)] for j in range(gpus)] for k in range(workers)
+        ]
+    ids = list(visible) if gpus in ("all", "auto") else list(gpus)
+    return [ids[k % len(ids) :] + ids[: k % len(ids)] for k in range(workers)]
 
 
 class DdpJob(HorovodJob):

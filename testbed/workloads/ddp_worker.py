@@ -129,6 +129,8 @@ def synthetic(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadlin
             w.wait()
         for t in flat:
             t.div_(world)
+        if device.type == "cuda":  # wait() only orders the GPU's streams: the CPU must wait
+            torch.cuda.synchronize()
         rec.add(i, start, Stamp(), compute)
         i += 1
 
@@ -157,9 +159,13 @@ def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: fl
         t0 = time.perf_counter()
         loss = loss_fn(ddp(x), y)
         loss.backward()  # DDP's bucket allreduces run during backward and are waited for here
+        if device.type == "cuda":  # backward() returns once its kernels are queued
+            torch.cuda.current_stream().synchronize()
         compute = time.perf_counter() - t0
         vote.submit(start.wall)
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         rec.add(i, start, Stamp(), compute)
         i += 1
 
@@ -197,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     rec = Recorder(args.out, args.worker, args.rank, metrics)
     print(f"worker {args.worker}: rank {args.rank} of {args.world}, {backend}, mode {cfg['mode']}")
     dist.all_reduce(torch.zeros(1, device=device))  # every rank is connected
+    if device.type == "cuda":  # NCCL's all_reduce returns once queued: wait for the connection
+        torch.cuda.synchronize()
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)
     if cfg["mode"] == "real":

@@ -158,9 +158,16 @@ class HorovodJob(Synchronised):
         if not self.on_gpu:
             return {}
         hostid = f"testbed-{self.s.name}-{h.name}"
-        # a container sees only its own devices, as 0, 1, ...; a namespace sees them all
-        visible = range(len(devices)) if self.rt is not None and self.rt.renumbers_gpus else devices
-        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, visible)), "NCCL_HOSTID": hostid}
+        # a container sees only its own devices, numbered 0, 1, ... in bus order; a namespace
+        # sees them all. Bus order (not CUDA's fastest-first) is also nvidia-smi's and Docker's.
+        ids = list(devices)
+        if self.rt is not None and self.rt.renumbers_gpus:
+            ids = [sorted(devices).index(d) for d in devices]
+        return {
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids)),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "NCCL_HOSTID": hostid,
+        }
 
     def _record_backend(self, backend: str, env: dict[str, str]) -> None:
         """What the workers were told: the collective backend, the environment every worker

@@ -252,9 +252,13 @@ def real(
         t0 = time.perf_counter()
         loss = loss_fn(model(x), y)
         loss.backward()
+        if device.type == "cuda":  # backward() returns once its kernels are queued; this
+            torch.cuda.current_stream().synchronize()  # stream, not Horovod's NCCL one
         compute = time.perf_counter() - t0
         vote.submit(i, start.wall)
         opt.step()  # waits for the allreduced gradients
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         rec.add(i, start, Stamp(), compute)
         i += 1
 
@@ -290,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"worker {args.worker}: rank {hvd.rank()} of {hvd.size()}, mode {cfg['mode']}", flush=True
     )
-    hvd.allreduce(torch.zeros(1), name="start")  # every rank is connected
+    hvd.allreduce(torch.zeros(1), name="start")  # every rank is connected (Gloo)
+    if cfg.get("device") == "cuda":  # NCCL connects at its first GPU tensor: not in iteration 0
+        hvd.allreduce(torch.zeros(1, device="cuda"), name="start.gpu")
+        torch.cuda.synchronize()
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)  # returns at the common t0
     if cfg["mode"] == "real":

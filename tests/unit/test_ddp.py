@@ -33,8 +33,11 @@ def test_gpu_assignment():
     assert gpu_assignment(1, [], 2) == [[], []]  # no GPU visible: CPU
     assert gpu_assignment(1, [0, 1], 4) == [[0], [1], [0], [1]]  # two workers share each GPU
     assert gpu_assignment(2, [0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
-    assert gpu_assignment("all", [0, 1], 2) == [[0, 1], [0, 1]]
+    # a worker computes on its first device: shared lists are rotated so workers spread out
+    assert gpu_assignment("all", [0, 1], 2) == [[0, 1], [1, 0]]
+    assert gpu_assignment("all", [0, 1], 3) == [[0, 1], [1, 0], [0, 1]]
     assert gpu_assignment([1], [0, 1], 2) == [[1], [1]]
+    assert gpu_assignment([2, 3], [0, 1, 2, 3], 2) == [[2, 3], [3, 2]]
 
 
 def _load(job: dict) -> object:
@@ -61,6 +64,11 @@ def test_backend_and_bucket_cap_defaults():
         ({"gpus": "some"}, "workloads.horovod.gpus"),
         ({"backend": "torch-ddp", "bucket_cap": 0}, "workloads.horovod.bucket_cap"),
         ({"device": "cuda"}, "workloads.horovod.device"),  # gpus decides the device
+        ({"nccl_sockets_per_thread": 4}, "workloads.horovod.nccl_sockets_per_thread"),
+        (
+            {"nccl_socket_threads": 16, "nccl_sockets_per_thread": 8},
+            "workloads.horovod.nccl_sockets_per_thread",
+        ),
     ],
 )
 def test_bad_combinations_name_the_field(job, needle):
@@ -161,3 +169,26 @@ def test_a_container_counts_its_gpus_from_zero(monkeypatch, tmp_path):
         assert job.devices == [[0, 1], [2, 3]]  # what the container is given
         envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
         assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == want
+        assert {e["CUDA_DEVICE_ORDER"] for e in envs} == {"PCI_BUS_ID"}  # nvidia-smi's order
+    # `all`: the second container is given [1, 0] and starts on host GPU 1, its device 1
+    s = _gpu_scenario({"backend": "torch-ddp", "gpus": "all"})
+    monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1])
+    job = DdpJob(s.workloads.horovod, s, single_tor(s, "abc123"),
+                 SimpleNamespace(renumbers_gpus=True), tmp_path)  # fmt: skip
+    envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "1,0"]
+
+
+def test_training_without_iptables_is_refused_before_anything_exists(monkeypatch):
+    """The DSCP rule for Gloo and NCCL traffic is an iptables rule: no iptables, no run."""
+    real_which = preflight.shutil.which
+    monkeypatch.setattr(
+        preflight.shutil, "which", lambda b: None if b == "iptables" else real_which(b)
+    )
+    with pytest.raises(
+        EnvironmentProblem, match=r"iptables binary is missing.*apt-get install iptables"
+    ):
+        preflight.require_binaries(_gpu_scenario({"backend": "torch-ddp"}))
+    no_training = load_scenario_data({"name": "n", "topology": {"hosts": 2}}, "t")
+    if real_which("nsenter") and real_which("setpriv"):
+        preflight.require_binaries(no_training)  # iptables is only needed for training
