@@ -31,7 +31,7 @@ prepare() {
   pins=$("$venv" - <<'EOF'
 import importlib.metadata as m
 names = ["pyroute2", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
-         "typing-extensions", "docker", "cffi", "pycparser"]
+         "typing-extensions", "docker", "cffi", "pycparser", "pytest-rerunfailures"]
 print(" ".join(f"{n}=={m.version(n)}" for n in names))
 EOF
 ) || die "could not read the versions installed in .venv"

@@ -26,10 +26,22 @@ def _engine_problem() -> str | None:
     return None
 
 
+# A root test measures real traffic on a 2-core VM: a bound missed once because the machine
+# stalled (steal under STEAL_LIMIT, another process) is run once more from scratch, and fails
+# only when both runs miss. A broken feature misses every time. pytest-rerunfailures does the
+# rerun; it lists each one as RERUN in the summary. Unit tests and non-assertion errors (a
+# testbed exception) are never rerun.
+ROOT_TEST_RERUNS = 1
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     engine: list[str | None] = []
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if parts[0] != "unit":
+            item.add_marker(
+                pytest.mark.flaky(reruns=ROOT_TEST_RERUNS, only_rerun=["AssertionError"])
+            )
         if parts[0] == "unit":
             item.add_marker(pytest.mark.unit)
         elif parts[0] == "integration":
@@ -68,6 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 STEAL_LIMIT = 0.10
 _STEAL = pytest.StashKey[object]()
 _ROOT_STEALS: list[tuple[float, str]] = []  # (steal, test) of every root test that ran
+_ROOT_MISSES: list[str] = []  # every failed run of a root test, rerun or not
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -85,6 +98,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """How much CPU the hypervisor took during the root tests: the first thing to read when a
     rate or time bound failed (or was skipped) in CI."""
+    for miss in _ROOT_MISSES:
+        terminalreporter.write_line(f"a root test run failed: {miss}")
     if not _ROOT_STEALS:
         return
     worst = sorted(_ROOT_STEALS, reverse=True)
@@ -103,6 +118,10 @@ def pytest_runtest_makereport(
     outcome = yield
     rep = outcome.get_result()
     steal = item.stash.get(_STEAL, None)
+    if rep.when == "call" and rep.failed and item.get_closest_marker("unit") is None:
+        why = call.excinfo.exconly()[:200] if call.excinfo is not None else "?"
+        _ROOT_MISSES.append(f"{item.nodeid} (steal {steal:.1%}): {why}" if isinstance(
+            steal, float) else f"{item.nodeid}: {why}")  # fmt: skip
     if (
         rep.when == "call"
         and rep.failed
