@@ -120,8 +120,8 @@ def pytest_runtest_makereport(
     steal = item.stash.get(_STEAL, None)
     if rep.when == "call" and rep.failed and item.get_closest_marker("unit") is None:
         why = call.excinfo.exconly()[:200] if call.excinfo is not None else "?"
-        _ROOT_MISSES.append(f"{item.nodeid} (steal {steal:.1%}): {why}" if isinstance(
-            steal, float) else f"{item.nodeid}: {why}")  # fmt: skip
+        during = f" (steal {steal:.1%})" if isinstance(steal, float) else ""
+        _ROOT_MISSES.append(f"{item.nodeid}{during}: {why}")
     if (
         rep.when == "call"
         and rep.failed
