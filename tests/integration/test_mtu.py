@@ -39,11 +39,17 @@ def test_every_data_link_carries_9000_byte_packets_across_the_fabric():
         assert big.returncode != 0
 
 
-def best_second_bps(run_dir: Path, summary: dict[str, Any]) -> float:
+def best_second_bps(tmp_path: Path, summary: dict[str, Any]) -> float:
     """The best 1 s of the receiver's raw 100 ms byte counts inside the measured window. Steal
-    on this VM idles a single flow in bursts (TCP small queues keep about 2 jumbo frames in
-    the shaper), which can pull the window's mean under 0.97 while most seconds run clean; no
-    second of a 1500-byte flow can pass 1448/1514, so the best second still tells them apart."""
+    on this VM idles a single flow in bursts (likely TCP small queues: about 2 jumbo frames
+    wait in the shaper), which pulled the window's mean to 0.955 in CI while seconds run
+    clean; no second of a 1500-byte flow can pass 1448/1514, so the best second still tells
+    them apart."""
+    (run_dir,) = (
+        p.parent
+        for p in tmp_path.glob("try*/run/summary.json")
+        if json.loads(p.read_text())["run_id"] == summary["run_id"]
+    )
     (rec,) = json.loads((run_dir / "linkcheck" / "server-h2.json").read_text())["bulk"]
     w = summary["window"]
     pts = [(t, b) for t, b in rec["samples"] if w["start"] - 0.05 <= t <= w["stop"] + 0.05]
@@ -64,16 +70,11 @@ def test_jumbo_frames_lift_tcp_goodput_above_the_1500_byte_ceiling(tmp_path):
         tmp_path,
         {"duration": "5s", "topology": {"hosts": 2, "link_rate": rate, "mtu": 9000},
          "workloads": {"linkcheck": {"pattern": "single", "short": False}}},
-        lambda s: flows(s)[0]["goodput_bps"] >= 0.975 * rate,
+        lambda s: best_second_bps(tmp_path, s) >= 0.975 * rate,
     )  # fmt: skip
     (f,) = flows(s)
     assert link(s, "h1", "up")["classes"]["be"]["rate_bps"] <= 1.02 * rate
     assert f["goodput_bps"] <= 1.01 * rate
-    (run_dir,) = (
-        p.parent
-        for p in tmp_path.glob("try*/run/summary.json")
-        if json.loads(p.read_text())["run_id"] == s["run_id"]
-    )
-    assert best_second_bps(run_dir, s) / rate == pytest.approx(8948 / 9014, abs=0.018), (
+    assert best_second_bps(tmp_path, s) / rate == pytest.approx(8948 / 9014, abs=0.018), (
         f"window mean {f['goodput_bps'] / rate:.3f} of the cap, steal {s['host_cpu']['steal']}"
     )
