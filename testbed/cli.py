@@ -228,16 +228,26 @@ def up(
         ui = RichUI(progress)
         result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s)
         ui.done()
-    _print_result(result.run_dir, result.summary)
+    run_dir = shown(result.run_dir)
+    _print_result(run_dir, result.summary)
     if result.summary.get("horovod") or result.summary.get("websearch"):
         from testbed import report as rp
 
-        _print_run(Console(), rp.describe_run(rp.Run(result.run_dir)))
-    _plots_after_run(result.run_dir)
+        _print_run(Console(), rp.describe_run(rp.Run(run_dir)))
+    _plots_after_run(run_dir)
     if s.expect:
-        _expectations(s, result.run_dir, result.summary, junit)
+        _expectations(s, run_dir, result.summary, junit)
     elif junit is not None:
-        _write_junit(junit, [], s.name, result.run_dir)
+        _write_junit(junit, [], s.name, run_dir)
+
+
+def shown(path: Path) -> Path:
+    """A run folder as the user would type it: relative when it lies under the working
+    folder (the run itself uses the absolute path everywhere)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def _write_junit(path: Path, outcomes: list[Any], suite: str, run_dir: Path) -> None:

@@ -162,11 +162,13 @@ def claim(s: Scenario, run_id: str | None, out: Path | None) -> tuple[Scenario, 
                 continue
             try:
                 s = preflight.check_prefixes(s)
-                run_dir = out or default_run_dir(s, rid)
+                # absolute from here on: Prometheus resolves its config's paths against the
+                # config's folder, containers and the guardian have other working folders
+                run_dir = (out or default_run_dir(s, rid)).resolve()
                 state = RunState(
                     run_id=rid,
                     scenario=s.name,
-                    out_dir=str(run_dir.resolve()),
+                    out_dir=str(run_dir),
                     runtime=s.runtime,
                     root_prefixes=[str(s.topology.management_prefix)],
                 )
@@ -358,8 +360,7 @@ def _live(
             t_shape,
         )
 
-        # absolute: a container sees the run folder at the same path, but not our cwd
-        workloads = make_workloads(s, topo, rt, run_dir.resolve())
+        workloads = make_workloads(s, topo, rt, run_dir)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
         state.set_phase("starting workloads")
         metrics.start({w.name: w.targets() for w in workloads}, state.record)

@@ -607,11 +607,23 @@ class Metrics(BaseModel):
     )
     scrape_interval: Duration = Field(1.0, ge=0.1, le=60)
     file_sd_dir: str | None = Field(
-        None, description="external: a folder the Prometheus server reads with file_sd_configs"
+        None,
+        description="external: a folder the Prometheus server reads with file_sd_configs "
+        "(relative to the scenario's folder)",
     )
     url: str | None = Field(
         None, description="external: the server's URL, for the post-run cross-check"
     )
+
+    @field_validator("file_sd_dir")
+    @classmethod
+    def _absolute(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Relative to the scenario's folder, like every other path in a scenario, and kept
+        absolute: the guardian and `testbed down` delete the run's entry from other folders."""
+        if value is None:
+            return None
+        base = (info.context or {}).get("base_dir") or Path.cwd()
+        return str((Path(base) / value).resolve())
 
     @model_validator(mode="after")
     def _external(self) -> Metrics:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,55 @@ def run_until(
     if min(steals) > 0.05:
         pytest.skip(f"every try fell short while the hypervisor took {steals} of the CPU")
     return s
+
+
+@contextlib.contextmanager
+def reopened_tsdb(data_dir: Path) -> Iterator[str]:
+    """A Prometheus of our own on a finished run's TSDB, as the README tells a user to reopen
+    it (an empty configuration); yields its URL once it answers."""
+    from testbed.metrics.prometheus import query
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        ["prometheus", f"--storage.tsdb.path={data_dir}", "--config.file=/dev/null",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                query(url, "1")
+                break
+            except OSError:
+                assert proc.poll() is None, f"prometheus on {data_dir} exited"
+                assert time.monotonic() < deadline, "reopened Prometheus never answered"
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def tsdb_class_bytes(url: str) -> dict[tuple[str, str, str], float]:
+    """(node, direction, class) → the last byte count the TSDB holds for that class."""
+    from testbed.metrics.prometheus import query
+
+    return {
+        (r["metric"]["node"], r["metric"]["direction"], r["metric"]["class"]): float(r["value"][1])
+        for r in query(url, "max_over_time(testbed_qdisc_bytes_total[1h])")
+    }
+
+
+def summary_class_bytes(summary: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+    return {
+        (x["node"], x["direction"], name): float(c["bytes"])
+        for x in summary["links"]
+        for name, c in x["classes"].items()
+    }
 
 
 def link(summary: dict[str, Any], node: str, direction: str) -> dict[str, Any]:

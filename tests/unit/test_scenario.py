@@ -355,3 +355,16 @@ def test_unit_garbage_is_refused_naming_the_field(tmp_path, where, value, expect
     assert "\n" not in str(e.value)
     assert f"s.yaml: {where}: {expected}" in str(e.value)
     assert not re.search(_string_pattern(json_schema(), where), value)
+
+
+def test_file_sd_dir_is_relative_to_the_scenario_and_kept_absolute(tmp_path, monkeypatch):
+    """The guardian and `testbed down` remove the run's file_sd entry from other working
+    folders: the resolved scenario names the folder absolutely, from the scenario's folder."""
+    (tmp_path / "sc").mkdir()
+    (tmp_path / "sd").mkdir()
+    f = tmp_path / "sc" / "s.yaml"
+    f.write_text(
+        "name: x\ntopology: {hosts: 2}\nmetrics: {prometheus: external, file_sd_dir: ../sd}\n"
+    )
+    monkeypatch.chdir("/")  # not the scenario's folder
+    assert load_scenario(f).metrics.file_sd_dir == str(tmp_path / "sd")
