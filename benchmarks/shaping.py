@@ -17,11 +17,16 @@
                      saturates the link, over the same on an idle link (thesis-2band)
   fifo_isolation     the same ratio under the fifo profile: what priority buys
   setup_s/teardown_s build + shape, and teardown, of a single-tor run with 8, 64 and 256 hosts
-  up_s               the whole `up` of the same workload-free runs (probe, Prometheus, ...)
-  mininet_s          Mininet's build + teardown for 64 and 256 hosts, measured in this run
-                     (`mn --switch lxbr --controller none --topo single,N --link tc,bw=100
-                     --test none`: egress only, one class). Installed with apt when missing.
-  ratio_vs_mininet_64/_256   (setup + teardown) / mininet_s: the target is ≤ 0.25
+                     (the run's own timers: where the seconds of an `up` go)
+  up_in_process_s    the same runs' `orchestrator.run` in this process (no interpreter start)
+  whole_process      for 64 and 256 hosts, the whole `testbed up` process of a workload-free
+                     0.5 s run (prometheus off) and Mininet's whole `mn --switch lxbr
+                     --controller none --topo single,N --link tc,bw=100 --test none` process
+                     (egress only, one class), both timed from outside, runs alternating,
+                     medians (7 of each, 3 with --quick). Mininet is installed with apt when
+                     missing.
+  ratio_vs_mininet_64/_256   whole-process testbed up / whole-process mn, from those medians:
+                     the targets are ≤ 0.30 at 64 hosts and ≤ 0.15 at 256
   leafspine_setup_s  build + shape and teardown of a 256-host leaf-spine (8 leaves × 32 hosts,
                      4 spines)
   leafspine_1000_s   the whole `up` of a workload-free 1000-host leaf-spine (20 × 50, 4 spines)
@@ -38,6 +43,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -132,7 +138,7 @@ def small_flow_over_link(rate: str, mtu: int, duration: str) -> float | None:
 
 
 def setup_teardown(topology: dict[str, Any]) -> tuple[float, float, float]:
-    """(build + shape, teardown, the whole up) of a workload-free run."""
+    """(build + shape, teardown, the whole up) of a workload-free run, in this process."""
     t0 = time.monotonic()
     s = run_one(
         "scale",
@@ -141,6 +147,7 @@ def setup_teardown(topology: dict[str, Any]) -> tuple[float, float, float]:
             "measure": {"warmup": "0s", "cooldown": "0s"},
             "topology": {"link_rate": "100mbit", **topology},
             "tc_profile": "thesis-2band",
+            "metrics": {"prometheus": "off"},
         },
     )
     wall = time.monotonic() - t0
@@ -152,6 +159,61 @@ def setup_teardown(topology: dict[str, Any]) -> tuple[float, float, float]:
         f"teardown {s['teardown_s']:.2f} s; whole up {wall:.2f} s"
     )
     return setup, s["teardown_s"], wall
+
+
+def scale_scenario(folder: Path, hosts: int) -> Path:
+    """What a user would time: a workload-free single-ToR run of 0.5 s, no Prometheus."""
+    f = folder / f"scale-{hosts}.yaml"
+    f.write_text(
+        "name: scale\nduration: 0.5s\nmeasure: {warmup: 0s, cooldown: 0s}\n"
+        f"topology: {{hosts: {hosts}, link_rate: 100mbit}}\ntc_profile: thesis-2band\n"
+        "metrics: {prometheus: off}\n"
+    )
+    return f
+
+
+def timed(cmd: list[str]) -> float | None:
+    """Wall time of a whole process, from outside; None if it failed."""
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    took = time.monotonic() - t0
+    if r.returncode != 0:
+        print(f"failed: {' '.join(cmd)}: {(r.stderr or r.stdout).strip()[-300:]}")
+        return None
+    return took
+
+
+def whole_process(hosts: int, runs: int, with_mininet: bool) -> dict[str, Any]:
+    """`testbed up` and Mininet's `mn` for the same host count, alternating, each timed as a
+    whole process from outside (interpreter start, imports, kernel probe, guardian, build,
+    shaping, the 0.5 s run, teardown, exit); medians."""
+    testbed = str(Path(sys.executable).with_name("testbed"))
+    ours: list[float] = []
+    theirs: list[float] = []
+    with tempfile.TemporaryDirectory() as d:
+        scenario = scale_scenario(Path(d), hosts)
+        for i in range(runs):
+            t = timed([testbed, "up", str(scenario), "--out", f"{d}/run{i}"])
+            if t is not None:
+                ours.append(t)
+            if with_mininet and (m := mininet(hosts)) is not None:
+                theirs.append(m)
+    out: dict[str, Any] = {
+        "testbed_up_s": round(statistics.median(ours), 2) if ours else None,
+        "mininet_s": round(statistics.median(theirs), 2) if theirs else None,
+        "runs": runs,
+    }
+    out["ratio"] = (
+        round(out["testbed_up_s"] / out["mininet_s"], 3)
+        if out["testbed_up_s"] and out["mininet_s"]
+        else None
+    )
+    print(
+        f"{hosts:4d} hosts, whole processes, median of {runs}: testbed up {out['testbed_up_s']} s "
+        f"(all {[round(x, 2) for x in ours]}), mn {out['mininet_s']} s "
+        f"(all {[round(x, 2) for x in theirs]}): ratio {out['ratio']}"
+    )
+    return out
 
 
 def ensure_mininet() -> bool:
@@ -186,33 +248,26 @@ def mininet(hosts: int) -> float | None:
 
 
 def _mininet(hosts: int) -> float | None:
-    cmd = [
-        "mn",
-        "--switch",
-        "lxbr",
-        "--controller",
-        "none",
-        "--topo",
-        f"single,{hosts}",
-        "--link",
-        "tc,bw=100",
-        "--test",
-        "none",
-    ]
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    took = time.monotonic() - t0
-    if r.returncode != 0:
-        print(f"mininet failed for {hosts} hosts: {r.stderr.strip()[-300:]}")
-        return None
-    print(f"{hosts:4d} hosts: mininet build + teardown {took:.2f} s")
-    return took
+    cmd = ["mn", "--switch", "lxbr", "--controller", "none", "--topo", f"single,{hosts}",
+           "--link", "tc,bw=100", "--test", "none"]  # fmt: skip
+    return timed(cmd)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter runs, no 1000-host fabric")
+    ap.add_argument(
+        "--whole-process-only",
+        action="store_true",
+        help="only the whole-process comparison with Mininet (64 and 256 hosts)",
+    )
     args = ap.parse_args()
+    if args.whole_process_only:
+        have = ensure_mininet()
+        runs = 3 if args.quick else 7
+        whole = {str(n): whole_process(n, runs, have) for n in (64, 256)}
+        print(json.dumps({"whole_process": whole}))
+        return 0
     d = "5s" if args.quick else "10s"
     rates = ("10mbit", "100mbit", "1gbit", "2.5gbit", "5gbit", "10gbit")
     measured = {rate: goodput(rate, d) for rate in rates}
@@ -230,18 +285,17 @@ def main() -> int:
     setup, teardown, up = {}, {}, {}
     for n in (8, 64, 256):
         setup[str(n)], teardown[str(n)], up[str(n)] = setup_teardown({"hosts": n})
-    mn: dict[str, float | None] = {"64": None, "256": None}
-    if ensure_mininet():
-        mn = {str(n): mininet(n) for n in (64, 256)}
-    else:
+    have_mn = ensure_mininet()
+    if not have_mn:
         print("mininet could not be installed: no comparison")
+    runs = 3 if args.quick else 7
+    whole = {str(n): whole_process(n, runs, have_mn) for n in (64, 256)}
     ls = setup_teardown({"kind": "leaf-spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 32})
     big = None
     if not args.quick:
         big = setup_teardown(
             {"kind": "leaf-spine", "leaves": 20, "spines": 4, "hosts_per_leaf": 50}
         )
-    ratio = {n: None if mn[n] is None else round((setup[n] + teardown[n]) / mn[n], 3) for n in mn}
     result = {
         "goodput_ratio": {k: round(v[0], 4) for k, v in measured.items()},
         "cpu_busy": {k: round(v[1], 2) for k, v in measured.items()},
@@ -254,10 +308,10 @@ def main() -> int:
         "fifo_isolation": round(iso["fifo"], 3),
         "setup_s": {k: round(v, 3) for k, v in setup.items()},
         "teardown_s": {k: round(v, 3) for k, v in teardown.items()},
-        "up_s": {k: round(v, 2) for k, v in up.items()},
-        "mininet_s": {k: None if v is None else round(v, 3) for k, v in mn.items()},
-        "ratio_vs_mininet_64": ratio["64"],
-        "ratio_vs_mininet_256": ratio["256"],
+        "up_in_process_s": {k: round(v, 2) for k, v in up.items()},
+        "whole_process": whole,
+        "ratio_vs_mininet_64": whole["64"]["ratio"],
+        "ratio_vs_mininet_256": whole["256"]["ratio"],
         "leafspine_setup_s": {"hosts": 256, "setup": round(ls[0], 3), "teardown": round(ls[1], 3)},
         "leafspine_1000_s": None if big is None else round(big[2], 2),
     }

@@ -43,6 +43,7 @@ NLMSG_DONE = 3
 NLMSGERR_ATTR_MSG = 1
 
 RTM_NEWLINK = 16
+RTM_DELLINK = 17
 RTM_NEWADDR = 20
 RTM_NEWROUTE = 24
 
@@ -51,6 +52,7 @@ IFLA_IFNAME = 3
 IFLA_MTU = 4
 IFLA_MASTER = 10
 IFLA_LINKINFO = 18
+IFLA_GROUP = 27
 IFLA_NET_NS_FD = 28
 IFLA_INFO_KIND = 1
 IFLA_INFO_DATA = 2
@@ -128,11 +130,13 @@ def veth(
     return _message(RTM_NEWLINK, CREATE, IFINFO.pack(0, 0, index, IFF_UP, IFF_UP) + attrs)
 
 
-def bridge(name: str, index: int) -> bytes:
-    """A bridge, up (index 0: the kernel picks one)."""
+def bridge(name: str, index: int, group: int | None = None) -> bytes:
+    """A bridge, up (index 0: the kernel picks one), in link group `group` if any."""
     attrs = _attr(IFLA_IFNAME, _name(name)) + _nest(
         IFLA_LINKINFO, _attr(IFLA_INFO_KIND, _name("bridge"))
     )
+    if group is not None:
+        attrs += _attr(IFLA_GROUP, struct.pack("=I", group))
     return _message(RTM_NEWLINK, CREATE, IFINFO.pack(0, 0, index, IFF_UP, IFF_UP) + attrs)
 
 
@@ -142,12 +146,25 @@ def link_up(index: int) -> bytes:
     )
 
 
-def enslave(name: str, master: int) -> bytes:
+def enslave(name: str, master: int, group: int | None = None) -> bytes:
     """Interface `name` (found by name: its index was the kernel's choice) into bridge
-    `master`, and up."""
+    `master`, and up; in link group `group` if any (see delete_group)."""
     attrs = _attr(IFLA_IFNAME, _name(name)) + _attr(IFLA_MASTER, struct.pack("=I", master))
+    if group is not None:
+        attrs += _attr(IFLA_GROUP, struct.pack("=I", group))
     return _message(
         RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, IFINFO.pack(0, 0, 0, IFF_UP, IFF_UP) + attrs
+    )
+
+
+def delete_group(group: int) -> bytes:
+    """Every interface of link group `group` in the socket's namespace, deleted by one request
+    (`ip link delete group`): the kernel unregisters them together, with one RCU wait where a
+    delete per interface waits once each."""
+    return _message(
+        RTM_DELLINK,
+        NLM_F_REQUEST | NLM_F_ACK,
+        IFINFO.pack(0, 0, 0, 0, 0) + _attr(IFLA_GROUP, struct.pack("=I", group)),
     )
 
 

@@ -33,7 +33,6 @@ from testbed.state import RunLock, RunState, all_states, claiming
 from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
 from testbed.topology import TopologyPlan, build_plan, names_for, new_run_id, valid_run_id
 from testbed.window import Window
-from testbed.workloads.linkcheck import Linkcheck
 
 log = logging.getLogger("testbed")
 START_MARGIN_S = 0.25  # between "go" and t0: every waiting process polls its go file at 100 Hz
@@ -372,7 +371,8 @@ def _live(
                 w.launch()
                 stop.check()
             t_ready = _wait_ready(workloads, metrics, ui, stop, rt)
-            window = s.timeline(time.time() + START_MARGIN_S)
+            # no process polls a go file without workloads: the window opens at once
+            window = s.timeline(time.time() + (START_MARGIN_S if workloads else 0.0))
             for w in workloads:
                 w.go(window)
             state.set_phase("running")  # every workload process exists and has its t0
@@ -395,7 +395,9 @@ def _live(
             state.set_phase("collecting")
             for w in workloads:
                 w.finish()
-            final = _settled_snapshot(rt, plans)
+            # without workloads, nothing sent after the stop edge if it was read at the end
+            quiet = not workloads and snaps[1][0] >= window.end
+            final = _settled_snapshot(rt, plans, snaps[1] if quiet else None)
             metrics.update(plans, final)
             metrics.final_scrape()
             for w in workloads:
@@ -655,18 +657,22 @@ def _drain(
 
 
 def make_workloads(s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path) -> list[Workload]:
-    from testbed.workloads.ddp import DdpJob
-    from testbed.workloads.horovod import HorovodJob
-    from testbed.workloads.websearch import Websearch
-
+    """The scenario's workload controllers; each kind's module is imported only when used."""
     out: list[Workload] = []
     wl = s.workloads
     if wl.linkcheck is not None:
+        from testbed.workloads.linkcheck import Linkcheck
+
         out.append(Linkcheck(wl.linkcheck, s, topo, rt, run_dir))
     if wl.horovod is not None:
-        job = DdpJob if wl.horovod.backend == "torch-ddp" else HorovodJob
+        if wl.horovod.backend == "torch-ddp":
+            from testbed.workloads.ddp import DdpJob as job
+        else:
+            from testbed.workloads.horovod import HorovodJob as job
         out.append(job(wl.horovod, s, topo, rt, run_dir))
     if wl.websearch is not None:
+        from testbed.workloads.websearch import Websearch
+
         out.append(Websearch(wl.websearch, s, topo, rt, run_dir))
     return out
 
@@ -678,13 +684,18 @@ def _snapshot(rt: Runtime, plans: list[InterfacePlan]) -> Snapshot:
     return time.time(), [rt.classes.read(p) for p in plans]
 
 
-def _settled_snapshot(rt: Runtime, plans: list[InterfacePlan], limit_s: float = 5.0) -> Snapshot:
+def _settled_snapshot(
+    rt: Runtime, plans: list[InterfacePlan], last: Snapshot | None = None, limit_s: float = 5.0
+) -> Snapshot:
     """The final counters, once every queue has emptied: a 1000-packet FIFO at 50 Mbit/s still
     holds a quarter of a second of data when the last sender stops, and "bytes" must count
-    what crossed the link, not what had crossed it when we looked."""
+    what crossed the link, not what had crossed it when we looked. `last`: a snapshot taken
+    after the last sender stopped (a run without workloads has none), used as it is when
+    every queue in it was already empty."""
     deadline = time.monotonic() + limit_s
     while True:
-        snap = _snapshot(rt, plans)
+        snap = last or _snapshot(rt, plans)
+        last = None
         queued = sum(c["backlog"] for per in snap[1] for c in per.values())
         if queued == 0 or time.monotonic() > deadline:
             return snap

@@ -360,7 +360,14 @@ def plot_timeline(run: Run, out: Path, iterations: int = 5) -> Path | None:
     return out
 
 
+WORKLOAD_SECTIONS = ("linkcheck", "horovod", "websearch")
+
+
 def plots_for(run: Run) -> list[Path]:
+    """The run's plots; none for a run that carried nothing but ARP (no workloads, no hold):
+    importing matplotlib and drawing empty axes was a second of every such `up`."""
+    if not any(run.summary.get(k) for k in (*WORKLOAD_SECTIONS, "hold")):
+        return []
     d = run.path / "plots"
     d.mkdir(exist_ok=True)
     made = [

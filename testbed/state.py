@@ -56,8 +56,8 @@ class RunState:
     guardian_pid: int | None = None
     # the hosts once built: name, netns (a container's name too), data_ip, mgmt_ip
     hosts: list[dict[str, str]] = field(default_factory=list)
-    # Each object: {"kind": "netns"|"link"|"qdisc"|"process"|"container", ...}, in creation
-    # order. A netns with "attached": true is a container's namespace, bound under /run/netns.
+    # Each object: {"kind": "netns"|"link"|"link-group"|"qdisc"|"process"|"container"|"file",
+    # ...}, in creation order. A netns with "attached": true is a container's namespace, bound under /run/netns.
     objects: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:

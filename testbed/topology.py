@@ -190,6 +190,16 @@ class TopologyPlan:
         return ends
 
 
+# Link groups (IFLA_GROUP, a u32; 0 is every interface's default) of the run's interfaces in
+# the root namespace: this base plus the run id's 24 bits, a range nothing else on a machine
+# is known to use. Teardown deletes the group in one request (see netns.teardown).
+LINK_GROUP_BASE = 0x7B000000
+
+
+def link_group(run_id: str) -> int:
+    return LINK_GROUP_BASE + int(run_id, 16)
+
+
 def names_for(run_id: str) -> dict[str, str]:
     """Names of the per-run objects; also used by `down` to recognise them."""
     return {

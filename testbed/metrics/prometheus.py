@@ -19,9 +19,6 @@ import shutil
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,6 +57,14 @@ def config(targets_file: Path, scrape_interval: float) -> dict[str, Any]:
             }
         ],
     }
+
+
+def _urlopen(url: str, timeout: float) -> Any:
+    """urllib.request, imported when a Prometheus is asked something: it brings http.client,
+    ssl and email, a few dozen ms of every run without Prometheus."""
+    import urllib.request
+
+    return urllib.request.urlopen(url, timeout=timeout)
 
 
 def _free_port() -> int:
@@ -111,10 +116,10 @@ class Prometheus:
                     f"prometheus exited with code {self.proc.returncode}; see prometheus.log"
                 )
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                with _urlopen(f"{self.url}/-/ready", timeout=1) as r:
                     if r.status == 200:
                         return
-            except (urllib.error.URLError, OSError):
+            except OSError:  # URLError is one
                 pass
             checkpoint()
             time.sleep(0.2)
@@ -136,11 +141,9 @@ class Prometheus:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(
-                    f"{self.url}/api/v1/targets?state=active", timeout=2
-                ) as r:
+                with _urlopen(f"{self.url}/api/v1/targets?state=active", timeout=2) as r:
                     targets = json.load(r)["data"]["activeTargets"]
-            except (urllib.error.URLError, OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError):
                 targets = []
             if targets and all(_epoch(t.get("lastScrape", "")) > after for t in targets):
                 return True
@@ -200,9 +203,9 @@ def query(url: str, promql: str, at: float | None = None) -> list[dict[str, Any]
     params = {"query": promql}
     if at is not None:
         params["time"] = f"{at:.3f}"
-    with urllib.request.urlopen(
-        f"{url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10
-    ) as r:
+    from urllib.parse import urlencode
+
+    with _urlopen(f"{url}/api/v1/query?{urlencode(params)}", timeout=10) as r:
         body = json.loads(r.read())
     if body.get("status") != "success":
         raise RunFailure(f"PromQL {promql!r} failed: {body.get('error')}")

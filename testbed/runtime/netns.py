@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pyroute2 import IPRoute, netns
-from pyroute2.ethtool.ioctl import IoctlEthtool
+from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed import netlink as nl
@@ -32,7 +32,17 @@ from testbed.runtime import forkserver
 from testbed.runtime.base import NodeProcess
 from testbed.shaping.stats import ClassReader
 from testbed.state import RunState, proc_start_time
-from testbed.topology import IF_BRIDGE, IF_DATA, IF_LO, IF_MGMT, Host, Link, Switch, TopologyPlan
+from testbed.topology import (
+    IF_BRIDGE,
+    IF_DATA,
+    IF_LO,
+    IF_MGMT,
+    Host,
+    Link,
+    Switch,
+    TopologyPlan,
+    link_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +64,19 @@ OFFLOADS_OFF = (
 
 @contextlib.contextmanager
 def inside(ns: str | None) -> Iterator[None]:
-    """Run the block with the calling thread in namespace `ns` (None: stay where we are)."""
+    """Run the block with the calling thread in namespace `ns` (None: stay where we are).
+
+    pyroute2 is handed an open descriptor, not the name: by name it lists /run/netns on every
+    switch (a third of a 256-host build went there) and creates a namespace that is missing;
+    a missing one is an error here (FileNotFoundError)."""
     if ns is None:
         yield
         return
-    netns.pushns(ns)
+    fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        netns.pushns(fd)
+    finally:
+        os.close(fd)
     try:
         yield
     finally:
@@ -81,17 +99,33 @@ def create_netns(name: str) -> None:
         netns.popns()
 
 
-def write_sysctl(ns: str | None, key: str, value: str) -> None:
-    """Write /proc/sys/<key> as seen from inside `ns`; absent keys (no IPv6) are fine."""
-    with inside(ns), contextlib.suppress(FileNotFoundError):
-        Path("/proc/sys", key.replace(".", "/")).write_text(value)
+def write_sysctl(ns: str | None, key: str, value: str, *more: str) -> None:
+    """Write /proc/sys/<key> as seen from inside `ns` (and further key, value pairs, in the
+    same visit); absent keys (no IPv6) are fine."""
+    pairs = (key, value, *more)
+    with inside(ns):
+        for k, v in zip(pairs[::2], pairs[1::2], strict=True):
+            with contextlib.suppress(FileNotFoundError):
+                Path("/proc/sys", k.replace(".", "/")).write_text(v)
+
+
+class _Ethtool(IoctlEthtool):
+    """pyroute2's ioctl ethtool with the feature names read once: the kernel has one list of
+    them for every device, and decoding it took 0.7 ms per interface (0.36 s at 256 hosts)."""
+
+    _strings: dict[int, list[str]] = {}  # noqa: RUF012 - one kernel, one list per set
+
+    def get_stringset(self, set_id: int = ETH_SS_FEATURES, *args: int) -> list[str]:
+        if set_id not in self._strings:
+            self._strings[set_id] = super().get_stringset(set_id, *args)
+        return self._strings[set_id]
 
 
 def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
     """Through pyroute2's ioctl half of ethtool, on one socket made inside `ns`: its `Ethtool`
     also sets up a generic-netlink socket, milliseconds per call, for nothing used here."""
     with inside(ns):
-        et = IoctlEthtool()
+        et = _Ethtool()
     try:
         for ifname in ifnames:
             et.change_ifname(ifname)
@@ -158,6 +192,7 @@ class NetnsRuntime:
         try:
             # what lands in the root namespace is recorded before it exists
             self.state.record(
+                {"kind": "link-group", "netns": None, "group": link_group(p.run_id)},
                 {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"},
                 *(
                     {"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
@@ -172,8 +207,8 @@ class NetnsRuntime:
             for ns in p.namespaces:
                 # No IPv6: router solicitations and MLD reports would be stray traffic in the
                 # class counters, and the testbed's addresses are IPv4 only.
-                write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
-                write_sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1")
+                write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1",
+                             "net.ipv6.conf.default.disable_ipv6", "1")  # fmt: skip
                 create[ns].add(nl.link_up(IF_LO), "lo up")
             for sw in p.switches:
                 self._build_switch(sw, create[sw.netns], configure[sw.netns])
@@ -211,15 +246,16 @@ class NetnsRuntime:
         """A bridge for the hosts (tor, leaf); routing on (leaf, spine). The switch is ours and
         has no netfilter rules: br_netfilter (loaded by dockerd, among others) would pass
         every bridged frame through netfilter there, so that is off."""
-        for family in ("iptables", "ip6tables", "arptables"):
-            write_sysctl(sw.netns, f"net.bridge.bridge-nf-call-{family}", "0")
+        pairs = [
+            (f"net.bridge.bridge-nf-call-{f}", "0") for f in ("iptables", "ip6tables", "arptables")
+        ]
         if sw.role != "tor":
-            write_sysctl(sw.netns, "net.ipv4.ip_forward", "1")
+            pairs.append(("net.ipv4.ip_forward", "1"))
             # ECMP by 5-tuple, so the flows between two hosts spread over the spines
-            write_sysctl(sw.netns, "net.ipv4.fib_multipath_hash_policy", "1")
+            pairs.append(("net.ipv4.fib_multipath_hash_policy", "1"))
             # replies may come back over another spine than their request took
-            for conf in ("all", "default"):
-                write_sysctl(sw.netns, f"net.ipv4.conf.{conf}.rp_filter", "0")
+            pairs += [(f"net.ipv4.conf.{conf}.rp_filter", "0") for conf in ("all", "default")]
+        write_sysctl(sw.netns, *(x for pair in pairs for x in pair))
         if sw.bridge is None:
             return
         create.add(nl.bridge(sw.bridge, IF_BRIDGE), f"bridge {sw.bridge}")
@@ -270,7 +306,7 @@ class NetnsRuntime:
         the veths (build); here their root ends join the bridge, by name."""
         p = self.plan
         root = nl.Batch(None)
-        root.add(nl.bridge(p.mgmt_bridge, 0), f"bridge {p.mgmt_bridge}")
+        root.add(nl.bridge(p.mgmt_bridge, 0, link_group(p.run_id)), f"bridge {p.mgmt_bridge}")
         root.commit()
         write_sysctl(None, f"net.ipv6.conf.{p.mgmt_bridge}.disable_ipv6", "1")
         mbr = self._ifindex(None, p.mgmt_bridge)
@@ -280,9 +316,14 @@ class NetnsRuntime:
             ),
             f"address {p.mgmt_bridge_ip} on {p.mgmt_bridge}",
         )
+        write_sysctl(
+            None, *(x for h in p.hosts for x in (f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1"))
+        )
         for h in p.hosts:
-            write_sysctl(None, f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1")
-            root.add(nl.enslave(h.mgmt_peer, mbr), f"{h.mgmt_peer} into {p.mgmt_bridge}")
+            root.add(
+                nl.enslave(h.mgmt_peer, mbr, link_group(p.run_id)),
+                f"{h.mgmt_peer} into {p.mgmt_bridge}",
+            )
             root.add(nl.isolate_port(h.mgmt_peer), f"isolating {h.mgmt_peer}")
         root.commit()
 
@@ -455,10 +496,13 @@ def process_running(pid: int) -> bool:
 def teardown(state: RunState) -> list[str]:
     """Delete what `state` records; return problems (empty when clean).
 
-    Namespaces go first: the kernel then destroys all their interfaces, and the root-side
-    ends of their veth pairs, in one batch, which is far faster than deleting veths one by
-    one (each delete waits for an RCU grace period). Recorded root-namespace links still
-    present afterwards (the management bridge) are deleted by name.
+    The run's root-namespace interfaces (the management bridge, the hosts' management veths)
+    go first, all in one request by their link group, the veths with their peers: deleting
+    them one by one waits for an RCU grace period each. Then the namespaces' names: the
+    kernel destroys a namespace and what is inside it once nothing holds it, in the
+    background and out of sight (0.15 s for 64 hosts, 0.45 s for 256, which this used to
+    wait for). Recorded root-namespace links still present afterwards (those of a run made
+    before link groups, which go with their namespaces) are deleted by name.
     """
     problems: list[str] = []
     for obj in state.objects:
@@ -468,6 +512,10 @@ def teardown(state: RunState) -> list[str]:
     left = kill_processes(namespaces)
     if left:
         problems.append(f"{left} process(es) in run {state.run_id}'s namespaces would not die")
+    root_links = [o for o in state.objects if o["kind"] == "link" and o.get("netns") is None]
+    for obj in state.objects:
+        if obj["kind"] == "link-group" and obj.get("netns") is None:
+            problems += _delete_group(obj["group"], {o["name"] for o in root_links})
     for ns in reversed(namespaces):
         try:
             netns.remove(ns)
@@ -475,13 +523,14 @@ def teardown(state: RunState) -> list[str]:
             pass
         except OSError as e:
             problems.append(f"could not remove namespace {ns}: {e}")
-    root_links = [o for o in state.objects if o["kind"] == "link" and o.get("netns") is None]
     veths = [o["name"] for o in root_links if o.get("type") == "veth"]
     deadline = time.monotonic() + 3.0
     while any(_link_exists(n) for n in veths) and time.monotonic() < deadline:
         time.sleep(0.02)
     with IPRoute() as root:
         for obj in reversed(root_links):
+            if not _link_exists(obj["name"]):
+                continue  # gone with its namespace (a lookup per veth cost 1 ms)
             try:
                 idx = root.link_lookup(ifname=obj["name"])
                 if idx:
@@ -490,6 +539,33 @@ def teardown(state: RunState) -> list[str]:
                 if e.code != errno.ENODEV:
                     problems.append(f"could not delete link {obj['name']}: {e}")
     return problems
+
+
+def _delete_group(group: int, ours: set[str]) -> list[str]:
+    """Delete link group `group` in the root namespace if every interface in it is one this
+    run recorded (else leave it: the per-name deletes after the namespaces go do the job)."""
+    net = Path("/sys/class/net")
+    members = set()
+    for dev in net.iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if int((dev / "netdev_group").read_text()) == group:
+                members.add(dev.name)
+    if not members:
+        return []
+    strangers = members - ours
+    if strangers:
+        log.warning(
+            "link group %d holds interfaces this run did not make (%s); deleting by name",
+            group, ", ".join(sorted(strangers)[:5]),
+        )  # fmt: skip
+        return []
+    batch = nl.Batch(None)
+    batch.add(nl.delete_group(group), f"deleting link group {group}")
+    try:
+        batch.commit()
+    except RunFailure as e:
+        return [str(e)]
+    return []
 
 
 def _link_exists(ifname: str) -> bool:
