@@ -93,5 +93,13 @@ if ! .venv/bin/python -c "import horovod.torch, sys; sys.exit(horovod.__version_
   echo "== installing $(basename "$wheel")"
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$wheel"
 fi
+# a Horovod that installed but does not import (a torch it was not built against, a missing
+# library) would otherwise show up only as failed training runs
+if ! err=$(.venv/bin/python -c "import horovod.torch" 2>&1); then
+  echo "install.sh: Horovod is installed but 'import horovod.torch' fails:" >&2
+  echo "$err" | tail -n 3 >&2
+  echo "install.sh: remove ~/.cache/testbed/wheels/torch-$TORCH_VERSION-* and run install.sh again to rebuild it" >&2
+  exit 1
+fi
 
 echo "== testbed $(.venv/bin/testbed --version | awk '{print $NF}') ready: .venv/bin/testbed"

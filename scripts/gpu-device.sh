@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 8 on a lent GPU machine (the `device` tool). This development
+# The GPU checks on a lent GPU machine (the `device` tool). This development
 # machine has no GPU, so the GPU path is verified only where one is lent; this script makes
 # such a lease short: one call for torch-ddp, one for Horovod.
 #
@@ -15,7 +15,9 @@
 # no pyroute2 or pydantic. `prepare` downloads this checkout's versions of what is missing as
 # cp312 wheels, the Horovod sdist (built there with scripts/build-horovod.sh --gpu, since the
 # GPU wheel built here is cp311) and a gzipped Prometheus. `check` writes check.log, the
-# benchmark's JSON line and the runs' records (runs.tgz) under $OUT, which come back.
+# benchmark's JSON line and the runs' records (runs.tgz) under $OUT, which come back. On a
+# machine whose nvidia-smi lists GPUs a check fails unless every selected GPU test ran and
+# passed (no skips) and the benchmark printed its figures.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -80,12 +82,34 @@ records() {
     | tar --null -czf "$OUT/runs-$1.tgz" -T -) || true
 }
 
+# pytest's exit status is 0 when every test skipped; on a machine that lists GPUs a skipped GPU
+# test is a check that did not happen. Every selected test must have run and passed.
+gpu_tests() {  # gpu_tests NAME PYTEST-ARGS...
+  local name=$1; shift
+  python3 -m pytest -q -rA -p no:cacheprovider --basetemp=/tmp/gpu-pt \
+    --junitxml="$OUT/pytest-$name.xml" tests/gpu "$@"
+  local rc=$?
+  python3 - "$OUT/pytest-$name.xml" <<'PY' || rc=1
+import sys, xml.etree.ElementTree as ET
+s = ET.parse(sys.argv[1]).getroot()
+s = s if s.tag == "testsuite" else s.find("testsuite")
+n, bad = int(s.get("tests")), {k: int(s.get(k)) for k in ("failures", "errors", "skipped")}
+print(f"gpu tests: {n} collected, {bad}")
+if n == 0 or any(bad.values()):
+    sys.exit(f"gpu-device.sh: GPUs are listed, so every GPU test must run and pass: {n} tests, {bad}")
+PY
+  return $rc
+}
+
 check_ddp() {
   echo "== torch-ddp over NCCL: tests/gpu, then benchmarks/gpu.py"
-  python3 -m pytest -q -p no:cacheprovider --basetemp=/tmp/gpu-pt tests/gpu -k "not horovod"
-  local rc=$?
+  local rc=0
+  gpu_tests ddp -k "not horovod" || rc=1
   records ddp
   python3 benchmarks/gpu.py | tee "$OUT/gpu-bench.txt"
+  # the figures are the point: no JSON line (no GPU seen, a crash) fails the check
+  tail -n1 "$OUT/gpu-bench.txt" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert {"nccl_wire_ratio","iteration_error"} <= set(d)' \
+    || { echo "gpu-device.sh: benchmarks/gpu.py printed no figures" >&2; rc=1; }
   return $rc
 }
 
@@ -97,9 +121,10 @@ check_horovod() {
   whl=$(bash "$here/scripts/build-horovod.sh" --gpu --python "$(command -v python3)" --sdist "$sdist" \
     2> >(tee "$OUT/build-horovod.err" >&2) | tail -1) || die "the Horovod GPU build failed (build-horovod.err)"
   python3 -m pip install -q --no-index --no-deps --force-reinstall "$whl" || die "could not install $whl"
-  python3 -c 'import horovod.torch as h; print("horovod nccl_built", h.nccl_built())'
-  python3 -m pytest -q -p no:cacheprovider --basetemp=/tmp/gpu-pt tests/gpu -k horovod
-  local rc=$?
+  python3 -c 'import horovod.torch as h, sys; print("horovod nccl_built", h.nccl_built()); sys.exit(not h.nccl_built())' \
+    || die "the Horovod just built has no NCCL"
+  local rc=0
+  gpu_tests horovod -k horovod || rc=1
   records horovod
   return $rc
 }

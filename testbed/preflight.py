@@ -202,9 +202,18 @@ def visible_gpus() -> list[int]:
 
 def horovod_has_nccl(python: str = sys.executable) -> bool:
     """Whether the Horovod the workers import reduces GPU tensors with NCCL. Asked in a child
-    so that this process need not load torch (2 s) for a scenario that uses no GPU."""
+    so that this process need not load torch (2 s) for a scenario that uses no GPU. A Horovod
+    that does not import at all is an error, not "no NCCL": that answer used to turn a broken
+    GPU build into a skipped GPU test."""
     probe = "import sys, horovod.torch as h; sys.exit(0 if h.nccl_built() else 3)"
-    return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+    r = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if r.returncode in (0, 3):
+        return r.returncode == 0
+    last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+    raise EnvironmentProblem(
+        f"horovod.torch does not import in {python} ({last}); run install.sh, or for GPUs "
+        "bash scripts/build-horovod.sh --gpu"
+    )
 
 
 def torch_has_cuda() -> bool | None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.bounds import STEAL_LIMIT, SlowMachine
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,11 +28,10 @@ def _engine_problem() -> str | None:
     return None
 
 
-# A root test measures real traffic on a 2-core VM: a bound missed once because the machine
-# stalled (steal under STEAL_LIMIT, another process) is run once more from scratch, and fails
-# only when both runs miss. A broken feature misses every time. pytest-rerunfailures does the
-# rerun; it lists each one as RERUN in the summary. Unit tests and non-assertion errors (a
-# testbed exception) are never rerun.
+# A bound that a slow machine can break (tests/bounds.py) raises SlowMachine when the steal of
+# its own window explains the miss: such a test is run once more from scratch, and only for
+# that exception. Every other failure (an assertion, a testbed exception, a leftover object)
+# fails at once, never rerun. pytest-rerunfailures does the rerun and lists it as RERUN.
 ROOT_TEST_RERUNS = 1
 
 
@@ -39,9 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts[0] != "unit":
-            item.add_marker(
-                pytest.mark.flaky(reruns=ROOT_TEST_RERUNS, only_rerun=["AssertionError"])
-            )
+            item.add_marker(pytest.mark.flaky(reruns=ROOT_TEST_RERUNS, only_rerun=[SlowMachine]))
         if parts[0] == "unit":
             item.add_marker(pytest.mark.unit)
         elif parts[0] == "integration":
@@ -70,17 +69,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=engine[0]))
 
 
-# A test on real traffic bounds times and rates by what the links and the compute allow. This
-# VM's hypervisor sometimes takes a large share of its CPU (steal: 41 % over one CI test's
-# window, where 3 Horovod workers' 300 ms iterations averaged 374 ms), and then those bounds
-# say nothing about testbed. A failed assertion in a root test during which the machine lost
-# more than STEAL_LIMIT of its CPU is reported as a skip that names the steal and the
-# assertion. Anything else still fails: a product exception, a failure on a machine with less
-# steal, and every failure in unit tests and in fixtures (leftover objects).
-STEAL_LIMIT = 0.10
+# What the suite tells at its end: every excused bound (the limit on them is CI's, through
+# TESTBED_MAX_EXCUSED), every skip with its reason, and how much CPU the hypervisor took.
+_EXCUSED: list[str] = []
+_SKIPPED: list[str] = []
+_ROOT_STEALS: list[tuple[float, str]] = []  # (steal over the call phase, test) of root tests
 _STEAL = pytest.StashKey[object]()
-_ROOT_STEALS: list[tuple[float, str]] = []  # (steal, test) of every root test that ran
-_ROOT_MISSES: list[str] = []  # every failed run of a root test, rerun or not
+
+
+def _max_excused() -> int | None:
+    value = os.environ.get("TESTBED_MAX_EXCUSED")
+    return int(value) if value else None
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -90,52 +89,74 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     before = hostcpu.read()
     yield
     steal = hostcpu.between(before, hostcpu.read())["steal"]
-    item.stash[_STEAL] = steal
     if item.get_closest_marker("unit") is None and isinstance(steal, float):
+        item.stash[_STEAL] = steal
         _ROOT_STEALS.append((steal, item.nodeid))
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """How much CPU the hypervisor took during the root tests: the first thing to read when a
-    rate or time bound failed (or was skipped) in CI."""
-    for miss in _ROOT_MISSES:
-        terminalreporter.write_line(f"a root test run failed: {miss}")
-    if not _ROOT_STEALS:
-        return
-    worst = sorted(_ROOT_STEALS, reverse=True)
-    over = sum(1 for x, _ in worst if x > 0.05)
-    terminalreporter.write_line(
-        f"hypervisor steal during {len(worst)} root tests: mean "
-        f"{sum(x for x, _ in worst) / len(worst):.1%}, {over} over 5 %, most {worst[0][0]:.1%} "
-        f"({worst[0][1]})"
-    )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[Any, Any, None]:
+    """A SlowMachine on the last run of a test is reported as skipped, "excused: ...", and
+    counted; on an earlier run it stays a failure, which the rerun plugin turns into RERUN."""
     outcome = yield
     rep = outcome.get_result()
-    steal = item.stash.get(_STEAL, None)
-    if rep.when == "call" and rep.failed and item.get_closest_marker("unit") is None:
-        why = call.excinfo.exconly()[:200] if call.excinfo is not None else "?"
-        during = f" (steal {steal:.1%})" if isinstance(steal, float) else ""
-        _ROOT_MISSES.append(f"{item.nodeid}{during}: {why}")
-    if (
-        rep.when == "call"
-        and rep.failed
-        and item.get_closest_marker("unit") is None
-        and isinstance(steal, float)
-        and steal > STEAL_LIMIT
-        and call.excinfo is not None
-        and call.excinfo.errisinstance(AssertionError)
-    ):
+    if rep.when != "call":
+        if rep.skipped and rep.when == "setup":
+            _SKIPPED.append(f"{item.nodeid}: {_reason(rep)}")
+        return
+    if rep.skipped:
+        _SKIPPED.append(f"{item.nodeid}: {_reason(rep)}")
+    if not (rep.failed and call.excinfo is not None and call.excinfo.errisinstance(SlowMachine)):
+        return
+    last = getattr(item, "execution_count", 1) > ROOT_TEST_RERUNS
+    if last:
+        why = str(call.excinfo.value)
+        _EXCUSED.append(f"{item.nodeid}: {why}")
         rep.outcome = "skipped"
-        rep.longrepr = (
-            str(item.path),
-            item.location[1] or 0,
-            f"Skipped: the hypervisor took {steal:.0%} of this machine's CPU during the test "
-            f"(steal), so its time and rate bounds cannot be judged here; it failed with "
-            f"{call.excinfo.exconly()[:300]!r}",
+        rep.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: excused: {why}")
+
+
+def _reason(rep: Any) -> str:
+    longrepr = rep.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)[:300]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The excused bounds and the skips, then the hypervisor's share of the CPU during the
+    root tests: the first things to read when a rate or time bound failed in CI."""
+    for line in _EXCUSED:
+        terminalreporter.write_line(f"excused for this machine's sake: {line}")
+    for line in _SKIPPED:
+        terminalreporter.write_line(f"skipped: {line}")
+    limit = _max_excused()
+    terminalreporter.write_line(
+        f"{len(_EXCUSED)} test(s) excused for this machine's sake"
+        + (f" (at most {limit} allowed)" if limit is not None else "")
+        + f", {len(_SKIPPED)} skipped"
+    )
+    if limit is not None and len(_EXCUSED) > limit:
+        terminalreporter.write_line(
+            f"FAILED: {len(_EXCUSED)} tests excused, more than {limit}: this run measured the "
+            "machine, not testbed; run it again when the machine is quiet",
+            red=True,
         )
+    if _ROOT_STEALS:
+        worst = sorted(_ROOT_STEALS, reverse=True)
+        over = sum(1 for x, _ in worst if x > STEAL_LIMIT)
+        terminalreporter.write_line(
+            f"hypervisor steal during {len(worst)} root tests' call phases: mean "
+            f"{sum(x for x, _ in worst) / len(worst):.1%}, {over} over {STEAL_LIMIT:.0%}, most "
+            f"{worst[0][0]:.1%} ({worst[0][1]})"
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """More excused tests than TESTBED_MAX_EXCUSED (.ci/run sets 3) fail the run: that many
+    bounds could not be judged, so the run says little about testbed."""
+    limit = _max_excused()
+    if limit is not None and len(_EXCUSED) > limit and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -14,18 +14,21 @@ import docker
 import pytest
 
 from testbed.images import ensure_node_image
+from testbed.metrics.prometheus import scalar
 from testbed.runtime.docker import DockerRuntime, client
 from testbed.runtime.docker import teardown as docker_teardown
 from testbed.runtime.netns import pids_in
 from testbed.scenario import load_scenario_data
 from testbed.state import STATE_DIR, RunState
 from testbed.topology import single_tor
+from tests.bounds import rate_at_least, time_at_most
 from tests.integration.helpers import (
     ROOT,
     containers,
     flows,
     link,
     present_objects,
+    reopened_tsdb,
     run_cli,
     run_until,
     running,
@@ -145,14 +148,16 @@ def test_containers_capped_both_ways_and_classes_hit(tmp_path, image, pattern, d
     assert s["status"] == "ok" and s["runtime"] == "docker"
     classes = link(s, "h1", direction)["classes"]
     wire = wire_of(s)
-    assert wire == pytest.approx(rate, rel=0.05), f"h1 {direction}: {wire / 1e6:.1f} Mbit/s"
-    assert classes["high"]["rate_bps"] > 0.9 * rate
+    assert wire <= 1.05 * rate, f"h1 {direction}: {wire / 1e6:.1f} Mbit/s"
     # the short transfers (one 10 kB response every 100 ms) are in the low class
     assert 0 < classes["low"]["rate_bps"] < 0.05 * rate
     bulk = flows(s)
     assert len(bulk) == 3 and all(f["dscp"] == 46 for f in bulk)
     total = sum(f["goodput_bps"] for f in bulk)
-    assert 0.88 * rate <= total <= FRAME_PAYLOAD * rate * 1.01
+    assert total <= FRAME_PAYLOAD * rate * 1.01
+    rate_at_least(wire, 0.95 * rate, s, f"h1's {direction}link")
+    rate_at_least(classes["high"]["rate_bps"], 0.9 * rate, s, "the high class")
+    rate_at_least(total, 0.88 * rate, s, "the three flows' goodput")
 
 
 def test_thesis_mini_docker_end_to_end(tmp_path, image):
@@ -171,7 +176,7 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
     # no iteration beats its 480 ms of compute; the typical one is near it (the mean of a
     # 25 s run can carry one multi-second stall: docs/results/runtime.md, "Noise")
     assert h["min_iteration_over_compute"] >= 1.0
-    assert 0.48 <= h["iteration_time_s"]["p50"] < 3 * 0.48
+    assert h["iteration_time_s"]["p50"] >= 0.48
     assert w["flows_started"] > 0 and w["fct_s"]["all"]["count"] > 0
     # every worker sends 2(1 - 1/N) × the 1 MB model per iteration
     iters = len(rows(out / "iterations.csv")) // 4
@@ -188,13 +193,20 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
     assert rest < 300, f"{rest:.0f} B per packet beyond the ring's frames"
     web = sum(int(f["bytes_received"]) for f in rows(out / "flows.csv"))
     assert web <= uplink_bytes(s, "high") < 1.3 * web + 1_000_000
-    # Prometheus scraped the exporters inside the containers
+    # Prometheus scraped the exporters inside the containers: its TSDB, reopened, holds the
+    # raw records' counts
     m = s["metrics"]
     assert m["prometheus"] == "embedded" and m["targets"] >= 8, m
-    assert m["cross_check"]["agree"] is True, m["cross_check"]
-    assert {c["what"] for c in m["cross_check"]["checks"]} >= {"iterations of h1", "flows started"}
+    its = rows(out / "iterations.csv")
+    with reopened_tsdb(out / "prometheus") as url:
+        for worker in ("h1", "h4"):
+            promql = f'max_over_time(testbed_iterations_total{{worker="{worker}"}}[1h])'
+            assert scalar(url, promql) == sum(1 for r in its if r["worker"] == worker) > 0
+        started = scalar(url, "sum(max_over_time(testbed_flows_started_total[1h]))")
+        assert started == len(rows(out / "flows.csv")) > 0
     for log in [*(out / "horovod").glob("worker-*.log"), *(out / "websearch").glob("*.log")]:
         assert "Traceback" not in log.read_text(), log
+    time_at_most(h["iteration_time_s"]["p50"], 3 * 0.48, s, "the median iteration")
 
 
 def test_torch_ddp_in_containers_moves_the_ring_bytes_in_its_class(tmp_path, image):
@@ -371,6 +383,7 @@ def test_docker_firewall_is_left_alone_and_netns_still_passes_traffic(tmp_path, 
         pytest.skip("this engine runs without its firewall (--iptables=false)")
     assert Path("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
     rate = 50_000_000
+    measured = []
     for runtime in ("netns", "docker"):
         # a run stalled by this 2-core machine is retried (helpers.run_until)
         s = run_until(
@@ -380,7 +393,8 @@ def test_docker_firewall_is_left_alone_and_netns_still_passes_traffic(tmp_path, 
             lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
         )  # fmt: skip
         wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
-        assert wire == pytest.approx(rate, rel=0.05), (runtime, wire)
+        assert wire <= 1.05 * rate, (runtime, wire)
+        measured.append((runtime, wire, s))
     after = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
 
     def rules(text: str) -> list[str]:
@@ -388,6 +402,8 @@ def test_docker_firewall_is_left_alone_and_netns_still_passes_traffic(tmp_path, 
 
     assert rules(after) == rules(saved)
     assert os.path.exists("/var/run/docker.sock")
+    for runtime, wire, s in measured:
+        rate_at_least(wire, 0.95 * rate, s, f"h1's uplink ({runtime})")
 
 
 def test_exec_runs_in_a_held_container_host(tmp_path, image):

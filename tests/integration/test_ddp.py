@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
+from tests.needs import need
 
 from .helpers import present_objects, run_cli, run_scenario
 
-pytest.importorskip("torch.distributed", reason="torch is installed by install.sh")
+need("torch.distributed", "torch is installed by install.sh")
 
 FRAME = 1514 / 1448  # wire bytes per payload byte of a full TCP segment (HTB counts frames)
 

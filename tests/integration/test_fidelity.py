@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.bounds import rate_at_least
+from tests.needs import need
+
 from .helpers import run_scenario
 
-pytest.importorskip("horovod.torch", reason="Horovod is installed by install.sh")
+need("horovod.torch", "Horovod is installed by install.sh")
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -52,7 +55,8 @@ def test_websearch_load_is_asked_per_host_and_lands_on_every_link(tmp_path):
     # the ACKs of what it serves; mean over the links, from the kernel's class counters
     down = [x["classes"]["be"]["rate_bps"] for x in s["links"] if x["direction"] == "down"]
     share = sum(down) / len(down) / rate
-    assert 0.95 * util <= share <= 1.25 * util, f"downlinks carry {share:.1%} of the link"
+    assert share <= 1.25 * util, f"downlinks carry {share:.1%} of the link"
+    rate_at_least(share, 0.95 * util, s, "the downlinks' share of the link")
 
 
 def test_small_flows_never_beat_the_link_on_an_idle_slow_link(tmp_path):

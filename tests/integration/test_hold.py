@@ -15,6 +15,7 @@ import pytest
 
 from testbed import hostcpu
 from testbed.state import STATE_DIR, RunState
+from tests.bounds import rate_at_least
 from tests.integration.helpers import run_cli, running, spawn_up
 
 RATE = 50e6
@@ -74,28 +75,22 @@ def test_iperf3_through_exec_measures_the_cap_both_ways_and_teardown_ends_it(tmp
         assert tb_exec(run_id, "h2", "--", "iperf3", "-s", "-D").returncode == 0
         time.sleep(0.5)
         # A busy 2-core machine only takes rate away (a stalled sender or receiver): each
-        # direction gets three tries and its best must be within 5 % of the cap; none of
-        # them may beat it. When every try of a direction fell short while this VM's
-        # hypervisor took over 2 % of its CPU (steal), the rate cannot be measured here, and
-        # the rest of the test still runs. The sender keeps about 1 ms of data in its queue
-        # (TCP small queues), so short bursts of steal idle the link: in CI iperf3 -R gave
-        # 0.72-0.77 of the cap at 9-14 % steal, and 0.91-0.93 at 3.6-5 %.
-        tries: dict[bool, list[float]] = {False: [], True: []}
-        steal: dict[bool, list[float]] = {False: [], True: []}
+        # direction gets three tries and its best must be within 5 % of the cap; none of them
+        # may beat it. The sender keeps about 1 ms of data in its queue (TCP small queues), so
+        # short bursts of steal idle the link: in CI iperf3 -R gave 0.72-0.77 of the cap at
+        # 9-14 % steal, and 0.91-0.93 at 3.6-5 %. The lower bound is judged last, by the steal
+        # over the best try itself (tests.bounds), after the rest of the test has run.
+        best: dict[bool, tuple[float, dict]] = {}
         for reverse in (False, True):  # h1 → h2 (h1's uplink, h2's downlink), then back
-            while len(tries[reverse]) < 3:
+            for _ in range(3):
                 cpu0 = hostcpu.read()
-                tries[reverse].append(_iperf(run_id, "h1", "h2", reverse=reverse))
-                steal[reverse].append(hostcpu.between(cpu0, hostcpu.read())["steal"] or 0.0)
-                if tries[reverse][-1] >= 0.95 * RATE * PAYLOAD_SHARE:
+                got = _iperf(run_id, "h1", "h2", reverse=reverse)
+                cpu = hostcpu.between(cpu0, hostcpu.read())
+                assert got <= 1.05 * RATE * PAYLOAD_SHARE, (reverse, got)
+                if reverse not in best or got > best[reverse][0]:
+                    best[reverse] = (got, cpu)
+                if got >= 0.95 * RATE * PAYLOAD_SHARE:
                     break
-        stolen = []
-        for reverse, got in tries.items():
-            assert max(got) <= 1.05 * RATE * PAYLOAD_SHARE, tries
-            if max(got) < 0.95 * RATE * PAYLOAD_SHARE and min(steal[reverse]) > 0.02:
-                stolen.append((reverse, got, steal[reverse]))
-                continue
-            assert max(got) >= 0.95 * RATE * PAYLOAD_SHARE, (tries, steal)
 
         sleeper = subprocess.Popen(
             [
@@ -136,8 +131,10 @@ def test_iperf3_through_exec_measures_the_cap_both_ways_and_teardown_ends_it(tmp
     # the links were counted over the hold: iperf3's 2 × 4 s at 50 Mbit/s crossed h1's links
     h1_up = next(x for x in s["links"] if x["node"] == "h1" and x["direction"] == "up")
     assert sum(c["bytes"] for c in h1_up["classes"].values()) > 0.8 * 4 * RATE / 8
-    if stolen:
-        pytest.skip(f"iperf3 fell short in every try while the hypervisor took CPU: {stolen}")
+    for reverse, (got, cpu) in best.items():
+        rate_at_least(
+            got, 0.95 * RATE * PAYLOAD_SHARE, cpu, f"iperf3 {'h2 → h1' if reverse else 'h1 → h2'}"
+        )
 
 
 def test_a_hold_with_a_duration_ends_by_itself(tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bounds import rate_at_least
+
 from .helpers import built_network, flows, present_objects, run_cli, run_scenario
 from .test_runtime import RTN_UNICAST, assert_no_route_out, in_ns, ping
 
@@ -92,9 +94,11 @@ def test_fabric_links_cap_the_traffic_between_leaves(congested):
     assert s["status"] == "ok"
     fab = fabric_links(s)
     assert len(fab) == 8
+    # the wire, not the configuration: every fabric link direction is loaded (two leaves send
+    # to each other across both spines), so its class counters pin the shaper at 20 Mbit/s
+    wires = {}
     for (name, direction), x in fab.items():
-        assert x["rate_bps"] == 20_000_000
-        wire = sum(c["rate_bps"] for c in x["classes"].values())
+        wire = wires[(name, direction)] = sum(c["rate_bps"] for c in x["classes"].values())
         assert wire <= 1.02 * 20e6, (name, direction, wire)
     for leaf, other in (("leaf1", "leaf2"), ("leaf2", "leaf1")):
         srcs = {"leaf1": ("h1", "h2"), "leaf2": ("h3", "h4")}[leaf]
@@ -102,7 +106,7 @@ def test_fabric_links_cap_the_traffic_between_leaves(congested):
         # their sockets late at times, so a window can take in bytes that crossed the wire
         # before it (1.016 × the fabric was seen); the whole run's bytes are checked below
         goodput = sum(f["goodput_bps"] for f in flows(s) if f["src"] in srcs)
-        assert 0.5 * 40e6 <= goodput <= 1.1 * 40e6, (leaf, goodput)
+        assert goodput <= 1.1 * 40e6, (leaf, goodput)
         # the bytes left the leaf on its spine links and arrived over the other leaf's
         sent = sum(
             c["bytes"] for j in (1, 2) for c in fab[(f"{leaf}-spine{j}", "up")]["classes"].values()
@@ -114,6 +118,9 @@ def test_fabric_links_cap_the_traffic_between_leaves(congested):
         )
         payload = sum(f["bytes"] for f in flows(s) if f["src"] in srcs)
         assert payload <= sent and payload <= got, (leaf, payload, sent, got)
+        rate_at_least(goodput, 0.5 * 40e6, s, f"goodput out of {leaf}")
+    for (name, direction), wire in wires.items():
+        rate_at_least(wire, 0.9 * 20e6, s, f"fabric link {name} {direction}")
 
 
 def test_ecmp_spreads_flows_over_both_spines(congested):
@@ -136,13 +143,20 @@ def test_strict_priority_holds_on_congested_fabric_links(congested):
     links (everything in the default high class: low ≈ 0 bytes) or no priority (low ≈ half).
     The low class is backlogged only while its senders run: with 5-6 % of the CPU stolen by
     the hypervisor one direction carried 0.44 % of the link, so "not dead" is 0.1 %."""
-    for (name, direction), x in fabric_links(congested).items():
-        high, low = x["classes"]["high"], x["classes"]["low"]
-        assert high["rate_bps"] >= 0.6 * 20e6, (name, direction, x["classes"])
-        assert 0.001 * 20e6 <= low["rate_bps"] <= 0.1 * 20e6, (name, direction, x["classes"])
+    fab = fabric_links(congested)
+    for (name, direction), x in fab.items():
+        assert x["classes"]["low"]["rate_bps"] <= 0.1 * 20e6, (name, direction, x["classes"])
     lows = [f for f in flows(congested) if f["class"] == "low"]
     highs = [f for f in flows(congested) if f["class"] == "high"]
     assert sum(f["goodput_bps"] for f in highs) >= 8 * sum(f["goodput_bps"] for f in lows)
+    for (name, direction), x in fab.items():
+        high, low = x["classes"]["high"], x["classes"]["low"]
+        rate_at_least(
+            high["rate_bps"], 0.6 * 20e6, congested, f"the high class on {name} {direction}"
+        )
+        rate_at_least(
+            low["rate_bps"], 0.001 * 20e6, congested, f"the low class on {name} {direction}"
+        )
 
 
 def test_hosts_use_reno_unless_the_scenario_says(fabric):

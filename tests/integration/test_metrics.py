@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import csv
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from testbed.metrics.prometheus import scalar
+from tests.needs import need, need_binary
 
 from .helpers import reopened_tsdb, run_scenario, summary_class_bytes, tsdb_class_bytes
 
-pytest.importorskip("horovod.torch", reason="Horovod is installed by install.sh")
-if shutil.which("prometheus") is None:
-    pytest.skip("the prometheus binary is installed by install.sh", allow_module_level=True)
+need("horovod.torch", "Horovod is installed by install.sh")
+need_binary("prometheus", "install.sh installs it")
 
 
 def rows(path: Path) -> list[dict[str, str]]:

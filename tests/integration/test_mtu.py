@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.bounds import rate_at_least
 
 from .helpers import built_network, flows, link, run_until
 from .test_runtime import in_ns
@@ -75,6 +75,6 @@ def test_jumbo_frames_lift_tcp_goodput_above_the_1500_byte_ceiling(tmp_path):
     (f,) = flows(s)
     assert link(s, "h1", "up")["classes"]["be"]["rate_bps"] <= 1.02 * rate
     assert f["goodput_bps"] <= 1.01 * rate
-    assert best_second_bps(tmp_path, s) / rate == pytest.approx(8948 / 9014, abs=0.018), (
-        f"window mean {f['goodput_bps'] / rate:.3f} of the cap, steal {s['host_cpu']['steal']}"
-    )
+    best = best_second_bps(tmp_path, s)
+    assert best <= (8948 / 9014 + 0.018) * rate, best / rate
+    rate_at_least(best, (8948 / 9014 - 0.018) * rate, s, "the best second of the jumbo flow")

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import need
+
 from .helpers import run_cli, run_scenario
 
-pytest.importorskip("horovod.torch", reason="Horovod is installed by install.sh")
+need("horovod.torch", "Horovod is installed by install.sh")
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

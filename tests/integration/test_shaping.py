@@ -2,6 +2,8 @@
 
 import pytest
 
+from tests.bounds import rate_at_least, time_at_most
+
 from .helpers import flows, link, run_scenario, run_until
 
 FRAME_PAYLOAD = 1448 / 1514  # TCP payload share of a full frame: the most goodput a cap allows
@@ -21,10 +23,12 @@ def test_capped_link_measures_the_cap(tmp_path, rate):
     )
     assert s["status"] == "ok"
     wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
-    assert wire == pytest.approx(rate, rel=0.05), f"uplink carried {wire / 1e6:.2f} Mbit/s"
+    assert wire <= 1.05 * rate, f"uplink carried {wire / 1e6:.2f} Mbit/s"
     (flow,) = flows(s, src="h1", dst="h2")
     ratio = flow["goodput_bps"] / rate
-    assert 0.90 <= ratio <= FRAME_PAYLOAD * 1.01, f"goodput {ratio:.3f} of the cap"
+    assert ratio <= FRAME_PAYLOAD * 1.01, f"goodput {ratio:.3f} of the cap"
+    rate_at_least(wire, 0.95 * rate, s, "the uplink's class counters")
+    rate_at_least(flow["goodput_bps"], 0.90 * rate, s, "the flow's goodput")
 
 
 def run_unstalled(tmp_path, data, node: str, direction: str) -> dict:
@@ -50,8 +54,10 @@ def test_uplink_is_shaped(tmp_path):
     }
     s = run_unstalled(tmp_path, data, "h1", "up")
     total = sum(f["goodput_bps"] for f in flows(s, src="h1"))
-    assert 0.88 * rate <= total <= rate
-    assert link(s, "h1", "up")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
+    wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
+    assert total <= rate and wire <= 1.05 * rate, (total, wire)
+    rate_at_least(total, 0.88 * rate, s, "the two flows' goodput")
+    rate_at_least(wire, 0.95 * rate, s, "h1's uplink")
 
 
 def test_downlink_is_shaped(tmp_path):
@@ -65,10 +71,12 @@ def test_downlink_is_shaped(tmp_path):
     }
     s = run_unstalled(tmp_path, data, "h1", "down")
     total = sum(f["goodput_bps"] for f in flows(s, dst="h1"))
-    assert 0.88 * rate <= total <= rate
-    assert link(s, "h1", "down")["classes"]["be"]["rate_bps"] == pytest.approx(rate, rel=0.05)
+    wire = link(s, "h1", "down")["classes"]["be"]["rate_bps"]
+    assert total <= rate and wire <= 1.05 * rate, (total, wire)
     for sender in ("h2", "h3"):
         assert link(s, sender, "up")["classes"]["be"]["rate_bps"] < 0.65 * rate
+    rate_at_least(total, 0.88 * rate, s, "the two flows' goodput")
+    rate_at_least(wire, 0.95 * rate, s, "h1's downlink")
 
 
 def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
@@ -87,10 +95,8 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
     )
     (high,) = flows(s, **{"class": "high"})
     (low,) = flows(s, **{"class": "low"})
-    assert high["goodput_bps"] >= 0.90 * rate, f"high got {high['goodput_bps'] / rate:.1%}"
     assert low["goodput_bps"] <= 0.05 * rate, f"low got {low['goodput_bps'] / rate:.1%}"
     up = link(s, "h1", "up")["classes"]
-    assert up["high"]["rate_bps"] >= 0.90 * rate
     # Backlogged, not dead: the low class keeps at least its guaranteed share, thesis-2band's 1 %
     # of the link = 500 kbit/s, by the kernel's class counters over the window. It may borrow
     # what the high sender leaves idle (on a loaded 2-core CI machine the high sender stalls at
@@ -98,7 +104,7 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
     # low class stays far below a fair share. Broken looks like: a starved low class (0, or the
     # handshake's few hundred bytes), no priority (~25 Mbit/s), or classes beating the cap.
     guaranteed = 0.01 * rate
-    assert 0.5 * guaranteed <= up["low"]["rate_bps"] <= 0.05 * rate, up["low"]
+    assert up["low"]["rate_bps"] <= 0.05 * rate, up["low"]
     assert up["high"]["rate_bps"] + up["low"]["rate_bps"] <= 1.02 * rate, up
     # Over the same window, the low class on the last hop (the switch's port to h2) carried
     # the low flow's bytes as its receiver counted them, plus headers: 1514/1448 (+4.6 %) of
@@ -114,6 +120,9 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
     # wire carried at least every payload byte the receiver got (read too early, it did not).
     assert up["low"]["bytes"] >= low["bytes"], (up["low"], low["bytes"])
     assert up["high"]["bytes"] >= high["bytes"], (up["high"], high["bytes"])
+    rate_at_least(high["goodput_bps"], 0.90 * rate, s, "the high flow's goodput")
+    rate_at_least(up["high"]["rate_bps"], 0.90 * rate, s, "the high class on h1's uplink")
+    rate_at_least(up["low"]["rate_bps"], 0.5 * guaranteed, s, "the low class' guaranteed share")
 
 
 def test_fifo_gives_no_priority(tmp_path):
@@ -143,7 +152,7 @@ def test_fifo_gives_no_priority(tmp_path):
     (ef,) = flows(s, dscp=46)
     (cs1,) = flows(s, dscp=8)
     assert ef["goodput_bps"] < 0.75 * rate
-    assert cs1["goodput_bps"] > 0.20 * rate
+    rate_at_least(cs1["goodput_bps"], 0.20 * rate, s, "the CS1 flow's share of the FIFO")
 
 
 @pytest.mark.parametrize(("bulk", "other"), [("low", "high"), ("high", "low")])
@@ -185,7 +194,7 @@ def test_short_transfers_in_high_class_bypass_a_backlogged_low_class(tmp_path):
     )
     sh = s["linkcheck"]["short"]
     assert sh["completed"] == sh["started"] >= 30
-    # 10 KB at 20 Mbit/s is 4 ms on the wire; behind a full 1000-packet low FIFO it would be ~600 ms
-    assert sh["fct_s"]["p50"] < 0.05
     down = link(s, "h1", "down")["classes"]  # responses flow h2 → h1
     assert down["high"]["bytes"] >= sh["completed"] * 10_000
+    # 10 KB at 20 Mbit/s is 4 ms on the wire; behind a full 1000-packet low FIFO it would be ~600 ms
+    time_at_most(sh["fct_s"]["p50"], 0.05, s, "the short transfers' median completion time")

@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from testbed.state import STATE_DIR
+from tests.needs import need
 
 from .helpers import ROOT, run_cli
 
-pytest.importorskip("horovod.torch", reason="Horovod is installed by install.sh")
+need("horovod.torch", "Horovod is installed by install.sh")
 
 BASE = {
     "name": "sw",

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from testbed.runtime.netns import pids_in
+from tests.bounds import time_at_most
+from tests.needs import need
 
 from .helpers import ROOT, run_cli, run_scenario, spawn_up
 from .test_lifecycle import wait_running
 
-pytest.importorskip("horovod.torch", reason="Horovod is installed by install.sh")
+need("horovod.torch", "Horovod is installed by install.sh")
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -40,7 +42,8 @@ def test_synthetic_job_tracks_the_configured_compute_time(tmp_path):
     h = s["horovod"]
     assert s["status"] == "ok" and h["workers"] == 3
     assert h["iterations_measured"] >= 15
-    assert h["iteration_time_s"]["mean"] == pytest.approx(0.3, rel=0.15)
+    assert h["iteration_time_s"]["mean"] >= 0.3 * 0.85  # no iteration beats its compute
+    time_at_most(h["iteration_time_s"]["mean"], 0.3 * 1.15, s, "the mean iteration")
     it = rows(tmp_path / "run" / "iterations.csv")
     assert {r["worker"] for r in it} == {"h1", "h2", "h3"}
     # Bounds from the clock, not from the records: no worker can fit more than 12 s / 0.3 s = 40
@@ -123,10 +126,11 @@ def test_load_generator_covers_all_size_classes_with_plausible_fcts(tmp_path):
     )
     large = [f for f in flows if f["completed"] == "True" and int(f["size_bytes"]) > 10_000_000]
     assert large
+    assert all(f["src"] != f["dst"] for f in flows)
     for f in large:  # a large flow at 100 Mbit/s takes about size × 8 / rate, never less
         ideal = int(f["size_bytes"]) * 8 / rate
-        assert ideal < float(f["fct_s"]) < 4 * ideal, f
-    assert all(f["src"] != f["dst"] for f in flows)
+        assert ideal < float(f["fct_s"]), f
+        time_at_most(float(f["fct_s"]), 4 * ideal, s, f"large flow {f['id']}'s FCT")
 
 
 def test_each_workload_lands_in_its_class(tmp_path):
@@ -222,7 +226,7 @@ def test_thesis_mini_end_to_end(tmp_path):
     h, w, win = s["horovod"], s["websearch"], s["window"]
     assert h["workers"] == 4 and h["class"] == "low" and w["class"] == "high"
     assert h["iterations"] >= 40
-    assert 0.48 <= h["iteration_time_s"]["mean"] < 3 * 0.48
+    assert h["iteration_time_s"]["mean"] >= 0.48
     assert {"mean", "p50", "p99"} <= set(h["iteration_time_s"])
     assert set(w["fct_s"]) == {"small", "medium", "large", "all"}
     assert set(w["fct_s"]["all"]) == {"count", "censored", "failed", "mean", "p50", "p99"}
@@ -247,3 +251,4 @@ def test_thesis_mini_end_to_end(tmp_path):
     assert done
     for f in done:
         assert int(f["size_bytes"]) * 8 / float(f["fct_s"]) <= 100e6, f
+    time_at_most(h["iteration_time_s"]["mean"], 3 * 0.48, s, "the mean iteration")

@@ -9,6 +9,7 @@ from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.scenario import load_scenario_data
 from testbed.workloads.ddp import gpu_assignment
 from testbed.workloads.ddp_worker import buckets_for
+from tests.needs import need
 
 MiB = 2**20
 
@@ -128,7 +129,7 @@ def test_the_cpu_torch_installed_here_is_seen_as_cpu_only():
     """install.sh installs torch's CPU build; found without importing torch."""
     import importlib.metadata
 
-    pytest.importorskip("torch")
+    need("torch", "torch is installed by install.sh")
     if "+cpu" not in importlib.metadata.version("torch"):
         pytest.skip("this machine's torch is not the CPU build")
     assert preflight.torch_has_cuda() is False
@@ -136,8 +137,20 @@ def test_the_cpu_torch_installed_here_is_seen_as_cpu_only():
 
 def test_the_cpu_horovod_wheel_has_no_nccl():
     """install.sh's wheel, asked in a child process as preflight does."""
-    pytest.importorskip("horovod.torch")
+    need("horovod.torch", "Horovod is installed by install.sh")
     assert preflight.horovod_has_nccl() is False
+
+
+def test_a_horovod_that_does_not_import_is_an_error_not_no_nccl(tmp_path):
+    """A Python whose horovod.torch raises on import (here: a stand-in interpreter that exits
+    1 with an ImportError) is refused with the reason, not taken for a CPU build."""
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\necho 'ImportError: libc10.so: cannot open shared object' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    with pytest.raises(EnvironmentProblem, match=r"does not import.*libc10\.so"):
+        preflight.horovod_has_nccl(str(fake))
 
 
 def test_each_gpu_worker_is_its_own_nccl_host(monkeypatch, tmp_path):
