@@ -711,11 +711,12 @@ def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbos
 
 
 def _print_dry_run(spec: Any, points: list[Any]) -> None:
+    from testbed.dilation import wall_duration
     from testbed.metrics import size_class
     from testbed.workloads.websearch import planned_flows
 
     t = Table(title=f"sweep {spec.name}: {len(points)} runs")
-    for col in ("#", "point", "duration", "measured flows", "small"):
+    for col in ("#", "point", "duration", "real time", "measured flows", "small"):
         t.add_column(col, justify="right" if col != "point" else "left")
     cells: dict[tuple[str, ...], int] = {}
     total_s = 0.0
@@ -724,14 +725,17 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
         small = sum(1 for _, _, size in flows if size_class(size) == "small")
         cell = tuple(v for k, v in p.labels.items() if k != "seed")
         cells[cell] = cells.get(cell, 0) + small
-        total_s += p.scenario.duration
-        t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", str(len(flows)), str(small))
+        real = wall_duration(p.scenario)  # a dilated run takes time_scale × its duration
+        total_s += real
+        t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", _fmt_duration(real),
+                  str(len(flows)), str(small))  # fmt: skip
     Console().print(t)
     fewest = min(cells.items(), key=lambda kv: kv[1]) if cells else None
     if fewest:
         Console().print(
             f"fewest measured small flows in one cell over its seeds: {fewest[1]} "
-            f"({', '.join(fewest[0])}); {_fmt_duration(total_s)} of measured run time in all"
+            f"({', '.join(fewest[0])}); {_fmt_duration(total_s)} of run time on this machine's "
+            "clock in all (setup, drain and teardown come on top)"
         )
 
 

@@ -41,6 +41,7 @@ _FCT = {"count": "1", "censored": "1", "failed": "1", "mean": "s", "p50": "s", "
 CLASS = "<class>"  # the scenario's tc profile classes
 TEMPLATE: dict[str, Any] = {
     "duration_s": "s",
+    "time_scale": "1",
     "drain_s": "s",
     "teardown_s": "s",
     "setup_s": {"build": "s", "shape": "s", "workloads_ready": "s"},
@@ -77,6 +78,7 @@ TEMPLATE: dict[str, Any] = {
         "utilization_pct": {"configured": "pct", "offered": "pct"},
         "mean_flow_size": "B",
         "fct_s": {c: _FCT for c in ("small", "medium", "large", "all")},
+        "start_lag_s": {"mean": "s", "p99": "s", "max": "s"},
         "max_flow_rate_over_link": "1",
         "flows_over_link_rate": "1",
         "dscp": "1",

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed import hostcpu, preflight
+from testbed import dilation, hostcpu, preflight
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.metrics.session import MetricsSession
 from testbed.runtime.base import Runtime, make_runtime, teardown
@@ -32,6 +32,7 @@ from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.state import RunLock, RunState, all_states, claiming
 from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
 from testbed.topology import TopologyPlan, build_plan, names_for, new_run_id, valid_run_id
+from testbed.units import format_rate
 from testbed.window import Window
 
 log = logging.getLogger("testbed")
@@ -234,8 +235,12 @@ def run(
 
 
 def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) -> RunResult:
+    """`s` is the scenario in its own units; the machine runs its dilated twin (`wall`, the
+    same when time_scale is 1) and the summary and records come back in scenario time."""
     state, run_id, run_dir = c.state, c.state.run_id, c.run_dir
-    image = node_image(s, run_id, ui)
+    k = s.time_scale
+    wall = dilation.wall_scenario(s)
+    image = node_image(wall, run_id, ui)
     stop.check()
     ui.phase("probing kernel")
     state.set_phase("probing kernel")
@@ -249,10 +254,15 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
         log.warning(w)
     result = RunResult(run_dir, run_id)
     log.info("run %s of scenario %s → %s", run_id, s.name, run_dir)
+    if k != 1:
+        log.info(
+            "time_scale %g: links at %s, the run takes %.0f s on this machine's clock",
+            k, format_rate(wall.topology.link_rate), dilation.wall_duration(s),
+        )  # fmt: skip
     status, error = "ok", None
     try:
         result.summary = _live(
-            s, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image, hold
+            wall, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image, hold, k
         )
     except Interrupted as e:
         status, error = "interrupted", f"stopped by {e.signame}"
@@ -280,12 +290,17 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
                 t_teardown,
                 "" if not problems else " (incomplete)",
             )
-    summary = result.summary or {
-        "scenario": s.name,
-        "run_id": run_id,
-        "runtime": s.runtime,
-        "duration_s": s.duration,
-    }
+    if result.summary:
+        summary = dilation.scenario_summary(result.summary, k)
+        dilation.scenario_records(run_dir, k)
+    else:
+        summary = {
+            "scenario": s.name,
+            "run_id": run_id,
+            "runtime": s.runtime,
+            "duration_s": s.duration,
+            "time_scale": k,
+        }
     summary.update(status=status, error=error, warnings=warnings, teardown_s=round(t_teardown, 3))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     logging.getLogger("testbed").removeHandler(handler)
@@ -311,13 +326,16 @@ def _live(
     stop: StopFlag,
     image: str | None,
     hold: float | None = None,
+    time_scale: float = 1.0,
 ) -> dict[str, Any]:
+    """One run of `s` in wall-clock units; `time_scale` is what the node programs and the
+    exporters need to report their durations and rates in scenario time."""
     topo = build_plan(s, run_id)
     rt = make_runtime(s, topo, state, run_dir, image)
     workloads: list[Workload] = []
     metrics: MetricsSession | None = None
     try:
-        metrics = MetricsSession(s, topo, run_dir, run_id)
+        metrics = MetricsSession(s, topo, run_dir, run_id, time_scale)
         metrics.begin(state.record)  # an embedded Prometheus starts up while we build
         ui.phase(f"building {len(topo.hosts)} hosts, {len(topo.switches)} switch(es)")
         state.set_phase("building")
@@ -359,7 +377,7 @@ def _live(
             t_shape,
         )
 
-        workloads = make_workloads(s, topo, rt, run_dir)
+        workloads = make_workloads(s, topo, rt, run_dir, time_scale)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
         state.set_phase("starting workloads")
         metrics.start({w.name: w.targets() for w in workloads}, state.record)
@@ -434,6 +452,7 @@ def _live(
         }  # fmt: skip
         summary["metrics"] = metrics.section(summary)
         _physics_warnings(summary, warnings)
+        _schedule_warnings(summary, warnings)
         if hold is not None and held is None:
             held = _hold(hold, run_id, topo, state, ui, stop, rt, metrics, plans)
         if held is not None:
@@ -453,6 +472,34 @@ def _live(
             log.exception("stopping metrics failed")
         finally:
             rt.close()
+
+
+def _schedule_warnings(summary: dict[str, Any], warnings: list[str]) -> None:
+    """A workload whose clock fell behind its schedule measured a different experiment: the
+    machine could not keep up (with a large time_scale, or too many hosts for its cores).
+    Judged on the wall clock, where the schedule lives."""
+    h = summary.get("horovod") or {}
+    asked, got = h.get("compute_time_s"), h.get("compute_s_mean")
+    if asked and got and got > 1.05 * asked:
+        msg = (
+            f"the training's emulated compute took {got / asked - 1:.0%} longer than asked "
+            f"({got:.3g} s for {asked:.3g} s per iteration on this machine's clock): the machine "
+            "could not keep the workload's clock (fewer hosts or a lower time_scale need less)"
+        )
+        warnings.append(msg)
+        log.warning(msg)
+    ws = summary.get("websearch") or {}
+    lag = (ws.get("start_lag_s") or {}).get("p99")
+    rate = (ws.get("arrival_rate_per_host") or {}).get("configured")
+    if lag is not None and rate and lag > 0.1 / rate:
+        msg = (
+            f"web-search flows started late: 1 % of them more than {lag * 1e3:.1f} ms after their "
+            f"Poisson arrival time, over a tenth of the mean gap between arrivals "
+            f"({1e3 / rate:.1f} ms, this machine's clock); the machine could not keep the load's "
+            "clock"
+        )
+        warnings.append(msg)
+        log.warning(msg)
 
 
 def _physics_warnings(summary: dict[str, Any], warnings: list[str]) -> None:
@@ -656,8 +703,11 @@ def _drain(
         time.sleep(0.2)
 
 
-def make_workloads(s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path) -> list[Workload]:
-    """The scenario's workload controllers; each kind's module is imported only when used."""
+def make_workloads(
+    s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path, time_scale: float = 1.0
+) -> list[Workload]:
+    """The scenario's workload controllers; each kind's module is imported only when used.
+    `time_scale`: what their node programs divide durations by for Prometheus."""
     out: list[Workload] = []
     wl = s.workloads
     if wl.linkcheck is not None:
@@ -674,6 +724,8 @@ def make_workloads(s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path) 
         from testbed.workloads.websearch import Websearch
 
         out.append(Websearch(wl.websearch, s, topo, rt, run_dir))
+    for w in out:
+        w.time_scale = time_scale
     return out
 
 

@@ -45,6 +45,13 @@ class Run:
     def websearch(self) -> dict[str, Any] | None:
         return self.summary.get("websearch")
 
+    @property
+    def time_scale(self) -> float:
+        """The run's time dilation: its summary is in scenario time, the timestamps in its
+        records (start, end, links.csv's time) on the real clock; divide their differences
+        by this."""
+        return float(self.summary.get("time_scale") or 1.0)
+
     def utilization(self) -> dict[str, dict[str, float]]:
         """Mean share of the link per direction and class over the run window (0–1): host
         links as "up"/"down" (the thesis' view), fabric links, where there are any, as
@@ -258,8 +265,8 @@ def plot_iterations(run: Run, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(9, 3.8))
     for worker in sorted({r["worker"] for r in its}):
         rs = [r for r in its if r["worker"] == worker]
-        ax.plot([float(r["start"]) - t0 for r in rs], [float(r["duration_s"]) * 1e3 for r in rs], ".-",
-                lw=0.8, ms=3, label=worker)  # fmt: skip
+        ax.plot([(float(r["start"]) - t0) / run.time_scale for r in rs],
+                [float(r["duration_s"]) * 1e3 for r in rs], ".-", lw=0.8, ms=3, label=worker)  # fmt: skip
     compute = (run.horovod or {}).get("compute_time_s")
     if compute:
         ax.axhline(compute * 1e3, color="k", ls="--", lw=0.8, label="configured compute")
@@ -280,8 +287,11 @@ def plot_utilization(run: Run, out: Path) -> Path | None:
     if not rows or not links:
         return None
     # host links only: the thesis' per-host view (fabric links are in the summary)
+    # the summary's rates are the scenario's; links.csv samples the real clock
     rate = {
-        (x["node"], x["direction"]): x["rate_bps"] for x in links if x.get("tier", "host") == "host"
+        (x["node"], x["direction"]): x["rate_bps"] / run.time_scale
+        for x in links
+        if x.get("tier", "host") == "host"
     }
     series: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
     for r in rows:
@@ -309,7 +319,7 @@ def plot_utilization(run: Run, out: Path) -> Path | None:
                     if dt > 0:
                         shares.append((v[i][1] - v[i - 1][1]) * 8 / dt / rate[(k[0], k[1])])
                 if shares:
-                    ts.append(per_node[0][i][0] - t0)
+                    ts.append((per_node[0][i][0] - t0) / run.time_scale)
                     util.append(100 * sum(shares) / len(shares))
             ax.plot(ts, util, lw=1, label=cls)
         ax.set_title(
@@ -343,7 +353,7 @@ def plot_timeline(run: Run, out: Path, iterations: int = 5) -> Path | None:
     fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(workers)))
     for y, worker in enumerate(workers):
         for r in (r for r in chosen if r["worker"] == worker):
-            start = float(r["start"]) - t0
+            start = (float(r["start"]) - t0) / run.time_scale
             comp, wait = float(r["compute_s"]), float(r["wait_s"])
             ax.broken_barh([(start * 1e3, comp * 1e3)], (y - 0.35, 0.7), color="tab:blue")
             ax.broken_barh(

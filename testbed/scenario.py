@@ -307,7 +307,7 @@ class Measure(BaseModel):
     drain: Duration = Field(
         30.0,
         ge=0,
-        le=3600,
+        le=24 * 3600,
         description="after the run: the longest wait for web-search flows that started inside "
         "the window; those still running then are counted as censored",
     )
@@ -641,6 +641,14 @@ class Scenario(BaseModel):
     description: str = ""
     seed: int = Field(1, ge=0, le=2**32 - 1)
     duration: Duration = Field(30.0, gt=0, le=7 * 24 * 3600)
+    time_scale: float = Field(
+        1.0,
+        gt=0,
+        le=1_000_000,
+        description="time dilation K: the scenario is written in the real network's units "
+        "and runs K times slower (link rates / K; compute, arrivals, duration, window and delay "
+        "in K-times-slower time; sizes kept); every reported figure is in scenario time",
+    )
     measure: Measure = Field(default_factory=Measure)
     runtime: Literal["netns", "docker"] = "netns"
     docker: DockerOptions | None = Field(None, description="container options (runtime: docker)")
@@ -782,6 +790,44 @@ class Scenario(BaseModel):
             self.checks()
         except expect.ExpectError as e:
             raise _FieldError(("expect", e.index), e.msg) from None
+        return self
+
+    @model_validator(mode="after")
+    def _wall(self) -> Scenario:
+        """What K makes of the scenario must be something this machine can run: a shaper rate
+        no lower than the schema's floor, a run of at most a day of real time, and a valid
+        scenario in wall-clock units (testbed.dilation: a dilated delay, drain or interval
+        beyond its field's limit is refused here, naming time_scale, not at run time)."""
+        k = self.time_scale
+        if k == 1:
+            return self
+        t = self.topology
+        floor = 8_000  # bit/s: the lowest rate Topology accepts, and what HTB is tested at
+        rates = {"host links": t.link_rate}
+        if t.kind == "leaf-spine":
+            rates["fabric links"] = t.fabric_link_rate
+        for what, rate in rates.items():
+            if rate / k < floor:
+                raise _FieldError(
+                    ("time_scale",),
+                    f"{k:g} makes the {what} {format_rate(rate / k)} on this machine, below "
+                    f"{format_rate(floor)}; use time_scale ≤ {rate / floor:g}",
+                )
+        if self.duration * k > 24 * 3600:
+            raise _FieldError(
+                ("time_scale",),
+                f"{k:g} makes the run last {format_duration(self.duration * k)} on this "
+                f"machine, more than a day; lower time_scale or duration",
+            )
+        from testbed import dilation
+
+        try:
+            dilation.wall_scenario(self)
+        except ScenarioError as e:
+            why = str(e).split(": ", 1)[-1]
+            raise _FieldError(
+                ("time_scale",), f"{self.time_scale:g} makes, on this machine's clock, {why}"
+            ) from None
         return self
 
     def checks(self) -> list[Any]:

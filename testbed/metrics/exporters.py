@@ -38,16 +38,21 @@ class QdiscCollector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: list[tuple[dict[str, str], dict[str, int]]] = []
-        self._rates: dict[tuple[str, str], int] = {}
+        self._rates: dict[tuple[str, str], float] = {}
+        self._time_scale: float | None = None
 
     def update(self, rows: list[tuple[dict[str, str], dict[str, int]]]) -> None:
         with self._lock:
             self._rows = rows
 
-    def set_link_rates(self, rates: dict[tuple[str, str], int]) -> None:
-        """(node, direction) → configured rate in bits/s, exported in bytes/s (base unit)."""
+    def set_link_rates(self, rates: dict[tuple[str, str], float], time_scale: float = 1.0) -> None:
+        """(node, direction) → configured rate in bits/s of the scenario, exported in bytes/s
+        (base unit), and the scenario's time dilation: Prometheus stores samples on the real
+        clock, so rate() over a dilated run's byte counters is the wall rate, K times lower
+        than the scenario's."""
         with self._lock:
             self._rates = dict(rates)
+            self._time_scale = time_scale
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -70,6 +75,14 @@ class QdiscCollector:
         with self._lock:
             rows = list(self._rows)
             rates = dict(self._rates)
+            scale = self._time_scale
+        if scale is not None:
+            yield GaugeMetricFamily(
+                "testbed_time_scale",
+                "Time dilation of the run: its durations and rates are in scenario time, its "
+                "samples on the real clock (multiply rate() by this for scenario rates)",
+                value=scale,
+            )
         cap = GaugeMetricFamily("testbed_link_rate_bytes_per_second", "Configured rate cap of the link direction",
                                 labels=["node", "direction"])  # fmt: skip
         for (node, direction), bps in sorted(rates.items()):

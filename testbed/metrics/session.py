@@ -28,8 +28,13 @@ def _close(server: Any) -> None:
 
 
 class MetricsSession:
-    def __init__(self, s: Scenario, topo: TopologyPlan, run_dir: Path, run_id: str) -> None:
+    def __init__(
+        self, s: Scenario, topo: TopologyPlan, run_dir: Path, run_id: str, time_scale: float = 1.0
+    ) -> None:
+        """`s` in wall-clock units; `time_scale` turns its link rates back into the scenario's
+        (the exported rate gauge, beside a testbed_time_scale gauge)."""
         self.s, self.topo, self.run_dir, self.run_id = s, topo, run_dir, run_id
+        self.time_scale = time_scale
         self.cfg = s.metrics
         self.collector: QdiscCollector | None = None
         self.server: Any = None
@@ -96,7 +101,8 @@ class MetricsSession:
         t, counters = snap
         if self.collector is not None and not self._rates_set:
             self.collector.set_link_rates(
-                {(p.end.node, p.end.direction): p.rate_bps for p in plans}
+                {(p.end.node, p.end.direction): p.rate_bps * self.time_scale for p in plans},
+                self.time_scale,
             )
             self._rates_set = True
         rows = []

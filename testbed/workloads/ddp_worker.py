@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     backend = cfg.get("dist_backend", "gloo")
     dist.init_process_group(backend, store=store, rank=args.rank, world_size=args.world)
-    rec = Recorder(args.out, args.worker, args.rank, metrics)
+    rec = Recorder(args.out, args.worker, args.rank, metrics, cfg.get("time_scale", 1.0))
     print(f"worker {args.worker}: rank {args.rank} of {args.world}, {backend}, mode {cfg['mode']}")
     dist.all_reduce(torch.zeros(1, device=device))  # every rank is connected
     if device.type == "cuda":  # NCCL's all_reduce returns once queued: wait for the connection

@@ -24,7 +24,9 @@ DEFAULT_COMPUTE_S = 0.9  # thesis Table 4.1
 
 
 def layers_for(w: Any) -> list[models.Layer]:
-    """The synthetic worker's layers: sizes scaled, compute spread (no I/O beyond the trace)."""
+    """The synthetic worker's layers: sizes scaled, compute spread (no I/O beyond the trace).
+    A trace keeps its own per-layer times, stretched in proportion when the compute asked for
+    differs (a ratio, or time dilation); a model gets the thesis' arithmetic progression."""
     if w.profile:
         layers = models.load_trace(Path(w.profile), w.profile_time_unit)
     else:
@@ -32,7 +34,14 @@ def layers_for(w: Any) -> list[models.Layer]:
     if w.model_size:
         layers = models.scale_to(layers, w.model_size)
     compute = w.d.compute_time
-    if not (w.profile and math.isclose(models.total_compute(layers), compute)):
+    total = models.total_compute(layers)
+    if w.profile and total > 0:
+        if not math.isclose(total, compute):
+            f = compute / total
+            layers = [
+                models.Layer(x.name, x.params, x.forward_s * f, x.backward_s * f) for x in layers
+            ]
+    else:
         layers = models.with_compute(layers, compute)
     return layers
 

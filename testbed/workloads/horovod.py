@@ -188,6 +188,7 @@ class HorovodJob(Synchronised):
             "device": "cuda" if self.on_gpu else "cpu",
             "batch_size": cfg.batch_size,
             "seed": self.s.seed,
+            "time_scale": self.time_scale,
         }
 
     def launch(self) -> None:

@@ -46,13 +46,24 @@ FINISH = threading.Event()  # set by SIGUSR1: start no new iteration
 
 
 class Recorder:
-    def __init__(self, path: Path, worker: str, rank: int, metrics: dict[str, Any] | None) -> None:
+    """Each iteration to the worker's CSV (wall clock) and, in scenario time (divided by the
+    scenario's time_scale), to its Prometheus histogram."""
+
+    def __init__(
+        self,
+        path: Path,
+        worker: str,
+        rank: int,
+        metrics: dict[str, Any] | None,
+        time_scale: float = 1.0,
+    ) -> None:
         self.f = open(path, "w", newline="")  # noqa: SIM115 - lives as long as the process
         self.w = csv.writer(self.f)
         self.w.writerow(FIELDS)
         self.f.flush()
         self.worker, self.rank = worker, rank
         self.metrics = metrics
+        self.time_scale = time_scale
 
     def add(self, i: int, start: Stamp, end: Stamp, compute: float) -> None:
         took = end.mono - start.mono
@@ -70,7 +81,7 @@ class Recorder:
         )
         self.f.flush()
         if self.metrics is not None:
-            self.metrics["iteration"].labels(self.worker).observe(took)
+            self.metrics["iteration"].labels(self.worker).observe(took / self.time_scale)
             self.metrics["iterations"].labels(self.worker).inc()
 
 
@@ -290,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.get("device") == "cuda":
         torch.cuda.set_device(0)  # CUDA_VISIBLE_DEVICES holds this worker's devices
     hvd.init()
-    rec = Recorder(args.out, args.worker, hvd.rank(), metrics)
+    rec = Recorder(args.out, args.worker, hvd.rank(), metrics, cfg.get("time_scale", 1.0))
     print(
         f"worker {args.worker}: rank {hvd.rank()} of {hvd.size()}, mode {cfg['mode']}", flush=True
     )

@@ -21,6 +21,9 @@ class Synchronised:
 
     dir: Path
     window: Window | None = None
+    # the scenario's time dilation (testbed.dilation): the controller runs in wall-clock units,
+    # its node programs divide the durations they export to Prometheus by it
+    time_scale: float = 1.0
 
     @property
     def go_file(self) -> Path:

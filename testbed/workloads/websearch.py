@@ -41,6 +41,11 @@ def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _lag(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    d = describe([float(r["lag_s"]) for r in rows if r.get("lag_s")])
+    return {k: d[k] for k in ("mean", "p99", "max")}
+
+
 def rate_over_link(row: dict[str, Any], link_bps: float) -> float:
     """size · 8 / FCT over the link rate: above 1.0 the flow beat the wire."""
     return int(row["size_bytes"]) * 8 / float(row["fct_s"]) / link_bps
@@ -98,6 +103,7 @@ class Websearch(Synchronised):
             "dscp": self.dscp,
             "port": self.cfg.port,
             "seed": self.s.seed,
+            "time_scale": self.time_scale,
         }))  # fmt: skip
         for h in self.hosts:
             argv = [
@@ -209,6 +215,8 @@ class Websearch(Synchronised):
             },
             "mean_flow_size": d.mean_flow_size,
             "fct_s": fct_stats(measured),
+            # how late flows started after their Poisson arrival time (this machine's clock)
+            "start_lag_s": _lag(measured),
             # physics: no completed flow may move its bytes faster than the link
             "max_flow_rate_over_link": max(over, default=None),
             "flows_over_link_rate": sum(1 for x in over if x > 1.0),

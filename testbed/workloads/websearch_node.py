@@ -5,7 +5,8 @@ only (asyncio), so it starts fast.
 A flow: the client connects (marked with the scenario's DSCP), sends the 8-byte size it
 wants, the server (marking its socket the same way) sends that many bytes and closes. FCT =
 connect start → last byte received at the client, on the monotonic clock. Every flow is
-appended to a CSV when it ends.
+appended to a CSV when it ends, with how late it started after its Poisson arrival time
+(`lag_s`: a machine that cannot keep the load's clock shows here).
 
 Life: bind the server, say ready (a `.ready` marker), wait for the orchestrator's go file,
 then start flows at Poisson times (the rate is this host's own) until the end of the run.
@@ -50,6 +51,7 @@ FIELDS = [
     "dst",
     "size_bytes",
     "start",
+    "lag_s",
     "end",
     "fct_s",
     "dscp",
@@ -113,6 +115,7 @@ class Generator:
         self.dscp: int = cfg["dscp"]
         self.port: int = cfg["port"]
         self.rng = host_rng(cfg["seed"], args.host)
+        self.time_scale: float = cfg.get("time_scale", 1.0)
         self.out = open(args.out, "w", newline="")  # noqa: SIM115 - lives as long as the process
         self.csv = csv.writer(self.out)
         self.csv.writerow(FIELDS)
@@ -123,6 +126,7 @@ class Generator:
         fct = rec.get("fct")
         self.csv.writerow([
             rec["id"], self.args.host, rec["dst"], rec["size"], f"{rec['start']:.6f}",
+            f"{rec['start'] - rec['scheduled']:.6f}",
             f"{end:.6f}" if end else "", f"{fct:.6f}" if fct is not None else "",
             self.dscp, rec["completed"], rec["received"], rec["measured"], rec.get("error", ""),
         ])  # fmt: skip
@@ -164,7 +168,7 @@ class Generator:
             if rec["completed"] and self.metrics is not None:
                 self.metrics["completed"].labels(self.args.host).inc()
                 self.metrics["fct"].labels(self.args.host, size_class(rec["size"])).observe(
-                    rec["fct"]
+                    rec["fct"] / self.time_scale
                 )
         except OSError as e:
             rec["error"] = str(e)

@@ -1,0 +1,166 @@
+"""Time dilation: a scenario written in the real network's units, run K = `time_scale` times
+slower (Gupta et al., "To Infinity and Beyond: Time-Warped Network Emulation", NSDI 2006).
+
+A 10 Gbit/s data center cannot be emulated at 10 Gbit/s on a 2-core machine; it can at
+100 Mbit/s if every clock of the experiment runs 100 times slower. testbed owns the clocks of
+its workloads, so it dilates them without touching the kernel:
+
+  divided by K     link rates (host and fabric), web-search arrival rates
+  multiplied by K  synthetic compute per layer, Horovod's cycle time, the linkcheck's short
+                   interval, duration, warm-up, cool-down, drain, link delay and jitter
+  kept             bytes, packets, MTU, queue lengths in packets, models, flow sizes, the
+                   fusion buffer, DDP's buckets, every ratio (R_cp_to_nw, utilization)
+
+Not dilated: the kernel's own clocks. TCP's minimum RTO (200 ms) and delayed-ACK timer
+(40 ms) run in real time, so at K = 100 they are 2 ms and 0.4 ms of scenario time;
+Prometheus scrapes and stores on the real clock; the measured window's edges, setup and
+teardown are real seconds.
+
+`wall_scenario` is the scenario the machine runs; `scenario_summary` and `scenario_records`
+turn what it measured back into the scenario's own time: durations divided by K, rates
+multiplied by K. The raw records keep both clocks (a `*_wall_s` column beside each duration),
+the summary says `time_scale` and keeps the real durations under `wall`.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.scenario import Scenario
+
+# the raw records' durations, per file: each gets a wall-clock twin column `<name>_wall`
+RECORD_DURATIONS = {
+    "flows.csv": ("fct_s", "lag_s"),
+    "iterations.csv": ("duration_s", "compute_s", "wait_s"),
+    "linkcheck/short.csv": ("fct_s",),
+}
+
+
+def wall_overrides(s: Scenario) -> dict[str, Any]:
+    """The dotted-path values that turn `s` into the scenario the machine runs (K = 1: none)."""
+    k = s.time_scale
+    if k == 1:
+        return {}
+    t = s.topology
+    out: dict[str, Any] = {
+        "time_scale": 1,
+        "duration": s.duration * k,
+        "measure.warmup": s.measure.warmup * k,
+        "measure.cooldown": s.measure.cooldown * k,
+        "measure.drain": s.measure.drain * k,
+        "topology.link_rate": round(t.link_rate / k),
+        "topology.delay": t.delay * k,
+        "topology.jitter": t.jitter * k,
+    }
+    if t.fabric_rate is not None:
+        out["topology.fabric_rate"] = round(t.fabric_rate / k)
+    wl = s.workloads
+    if wl.horovod is not None:
+        # the derived compute (from R, a profile or the default) made explicit, then dilated;
+        # giving compute_time drops the ratio it came from (scenario.EXCLUSIVE)
+        out["workloads.horovod.compute_time"] = wl.horovod.d.compute_time * k
+        out["workloads.horovod.cycle_time"] = wl.horovod.cycle_time * k
+    if wl.websearch is not None:
+        out["workloads.websearch.arrival_rate"] = wl.websearch.d.arrival_rate / k
+    if wl.linkcheck is not None:
+        out["workloads.linkcheck.short_interval"] = wl.linkcheck.short_interval * k
+    return out
+
+
+def wall_scenario(s: Scenario) -> Scenario:
+    """The scenario in wall-clock units (itself when K = 1); names, seeds, prefixes kept."""
+    over = wall_overrides(s)
+    return s.with_overrides(over, source=f"{s.name} (time_scale {s.time_scale:g})") if over else s
+
+
+def wall_duration(s: Scenario) -> float:
+    """How long the run's measured part takes on this machine's clock, in seconds."""
+    return s.duration * s.time_scale
+
+
+def _div(d: dict[str, Any], keys: tuple[str, ...], k: float) -> None:
+    for key in keys:
+        if isinstance(d.get(key), (int, float)):
+            d[key] = d[key] / k
+
+
+def _mul(d: dict[str, Any], keys: tuple[str, ...], k: float) -> None:
+    for key in keys:
+        if isinstance(d.get(key), (int, float)):
+            d[key] = d[key] * k
+
+
+def scenario_summary(summary: dict[str, Any], k: float) -> dict[str, Any]:
+    """A run's summary (measured on the wall clock) in the scenario's own time: durations / K,
+    rates × K. Counts, bytes, ratios and the machine's own figures (setup, teardown, drain,
+    host_cpu, the window's wall-clock edges) are left as they are."""
+    out = copy.deepcopy(summary)
+    out["time_scale"] = k
+    if k == 1:
+        return out
+    window = out.get("window") or {}
+    out["wall"] = {
+        "duration_s": out.get("duration_s"),
+        "window": {
+            key: window.get(key) for key in ("warmup_s", "cooldown_s", "span_s", "drain_limit_s")
+        },
+    }
+    _div(out, ("duration_s",), k)
+    _div(window, ("warmup_s", "cooldown_s", "span_s", "drain_limit_s"), k)
+    for link in out.get("links") or []:
+        _mul(link, ("rate_bps",), k)
+        for c in link.get("classes", {}).values():
+            _mul(c, ("rate_bps",), k)
+    h = out.get("horovod")
+    if h:
+        _div(h.get("iteration_time_s") or {}, ("mean", "p50", "p99"), k)
+        _div(h, ("compute_time_s", "compute_s_mean", "wait_s_mean"), k)
+    w = out.get("websearch")
+    if w:
+        _mul(w.get("arrival_rate_per_host") or {}, ("configured", "achieved"), k)
+        for stats in (w.get("fct_s") or {}).values():
+            _div(stats, ("mean", "p50", "p99"), k)
+        _div(w.get("start_lag_s") or {}, ("mean", "p99", "max"), k)
+    lc = out.get("linkcheck")
+    if lc:
+        _mul(lc, ("link_rate_bps",), k)
+        lc["window_s"] = [x / k for x in lc.get("window_s") or []]
+        for f in lc.get("bulk") or []:
+            _mul(f, ("goodput_bps",), k)
+        _div((lc.get("short") or {}).get("fct_s") or {}, ("mean", "p50", "p99"), k)
+    return out
+
+
+def scenario_records(run_dir: Path, k: float) -> None:
+    """The run's merged records with their durations in scenario time, each beside its
+    wall-clock twin (`fct_s` and `fct_wall_s`); timestamps (`start`, `end`) stay wall-clock
+    epochs, where the window's edges in summary.json are too. Done for K = 1 as well, so the
+    columns do not depend on the scenario."""
+    for name, cols in RECORD_DURATIONS.items():
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields = list(reader.fieldnames or [])
+            rows = list(reader)
+        present = [c for c in cols if c in fields]
+        if not present or any(f"{c.removesuffix('_s')}_wall_s" in fields for c in present):
+            continue  # nothing to do, or done already
+        for c in present:
+            fields.insert(fields.index(c) + 1, f"{c.removesuffix('_s')}_wall_s")
+        for r in rows:
+            for c in present:
+                wall = r.get(c, "")
+                r[f"{c.removesuffix('_s')}_wall_s"] = wall
+                r[c] = f"{float(wall) / k:.9g}" if wall not in ("", None) else wall
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        tmp.replace(path)
