@@ -229,8 +229,10 @@ class Batch:
     """Requests for one namespace, sent together; every one must be acknowledged without
     error. `what` names each request in the error a user sees."""
 
-    def __init__(self, netns: str | None) -> None:
+    def __init__(self, netns: str | None, sock: socket.socket | None = None) -> None:
+        """`sock`: a netlink socket of `netns` to send on (kept open); else one per commit."""
         self.netns = netns
+        self.sock = sock
         self._requests: list[tuple[bytes, str]] = []
 
     def add(self, msg: bytes, what: str) -> None:
@@ -242,12 +244,13 @@ class Batch:
     def commit(self) -> None:
         if not self._requests:
             return
-        sock = open_socket(self.netns)
+        sock = self.sock or open_socket(self.netns)
         try:
             for start in range(0, len(self._requests), CHUNK):
                 _exchange(sock, self._requests[start : start + CHUNK], self.netns)
         finally:
-            sock.close()
+            if sock is not self.sock:
+                sock.close()
         self._requests.clear()
 
 

@@ -361,7 +361,7 @@ def _live(
             )
         )
         t0 = time.monotonic()
-        apply_plans(plans)
+        apply_plans(plans, rt.netlink)
         t_shape = time.monotonic() - t0
         stop.check()
         for note in sorted({n for p in plans for n in p.notes}):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
 import logging
 import os
 import shutil
@@ -16,7 +18,7 @@ from pyroute2 import IPRoute
 from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.scenario import TCP_MACHINE, Scenario
 from testbed.shaping.probe import HOW, Capabilities, probe
-from testbed.state import RunState, all_states
+from testbed.state import STATE_DIR, RunState, all_states
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +78,44 @@ def tcp_congestion(s: Scenario) -> str:
     return want
 
 
+KERNEL_CACHE = STATE_DIR / ".kernel-capabilities"  # no .json: all_states() reads those
+
+
+def _kernel_identity() -> str:
+    """What the kernel's features can change with: the boot, and the modules loaded (a
+    kernel without module support has no /proc/modules)."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    try:
+        modules = sorted(line.split()[0] for line in Path("/proc/modules").read_text().splitlines())
+    except OSError:
+        modules = []
+    return f"{boot} {' '.join(modules)}"
+
+
 def kernel_capabilities(state: RunState | None = None) -> Capabilities:
     """Probe the kernel; raise on a missing required feature. With a run's `state`, the
-    probe's namespace is recorded there while it exists."""
-    if state is None:
-        caps = probe()
-    else:
-        obj = {"kind": "netns", "name": f"tb-{state.run_id}-probe"}
-        state.record(obj)
-        caps = probe(obj["name"])
-        state.forget(obj)
+    probe's namespace is recorded there while it exists. The answer is kept until the next
+    boot or module load (KERNEL_CACHE, under /run): a probe costs a throwaway namespace, whose
+    teardown the kernel does in the background while the run builds."""
+    ident = _kernel_identity()
+    caps: Capabilities | None = None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        cached = json.loads(KERNEL_CACHE.read_text())
+        if cached["kernel"] == ident:
+            caps = Capabilities(frozenset(cached["present"]))
+    if caps is None:
+        if state is None:
+            caps = probe()
+        else:
+            obj = {"kind": "netns", "name": f"tb-{state.run_id}-probe"}
+            state.record(obj)
+            caps = probe(obj["name"])
+            state.forget(obj)
+        with contextlib.suppress(OSError):
+            KERNEL_CACHE.parent.mkdir(parents=True, exist_ok=True)
+            tmp = KERNEL_CACHE.with_suffix(f".{os.getpid()}")
+            tmp.write_text(json.dumps({"kernel": ident, "present": sorted(caps.present)}))
+            tmp.replace(KERNEL_CACHE)
     missing = caps.missing_required()
     if missing:
         raise EnvironmentProblem(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -85,6 +86,7 @@ class Runtime(Protocol):
 
     def build(self) -> None: ...  # nodes and links, each recorded in the state file first
     def ipr(self, ns: str | None) -> IPRoute: ...  # netlink inside a node (None: the root)
+    def netlink(self, ns: str) -> socket.socket: ...  # the run's raw netlink socket in a node
     @property
     def classes(self) -> ClassReader: ...  # the shaped classes' counters, read in bulk
 

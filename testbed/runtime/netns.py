@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -154,7 +155,16 @@ class NetnsRuntime:
         self.plan = plan
         self.state = state
         self._iprs: dict[str | None, IPRoute] = {}
-        self.classes = ClassReader()
+        self._netlink: dict[str, socket.socket] = {}
+        self.classes = ClassReader(self.netlink)
+
+    def netlink(self, ns: str) -> socket.socket:
+        """The run's raw netlink socket in namespace `ns`, opened once (the build, the
+        shaping and every counter read share it; each open enters the namespace twice)."""
+        sock = self._netlink.get(ns)
+        if sock is None:
+            sock = self._netlink[ns] = nl.open_socket(ns)
+        return sock
 
     def ipr(self, ns: str | None) -> IPRoute:
         if ns not in self._iprs:
@@ -162,7 +172,12 @@ class NetnsRuntime:
         return self._iprs[ns]
 
     def close(self) -> None:
+        """Every socket the runtime opened: a socket holds its namespace, which the kernel
+        frees only once the last one is closed."""
         self.classes.close()
+        for sock in self._netlink.values():
+            sock.close()
+        self._netlink.clear()
         for ipr in self._iprs.values():
             with contextlib.suppress(Exception):
                 ipr.close()
@@ -202,8 +217,8 @@ class NetnsRuntime:
             for ns in p.namespaces:
                 fds[ns] = nl.netns_fd(ns)
             fds[None] = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            create = {ns: nl.Batch(ns) for ns in p.namespaces}
-            configure = {ns: nl.Batch(ns) for ns in p.namespaces}
+            create = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}
+            configure = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}
             for ns in p.namespaces:
                 # No IPv6: router solicitations and MLD reports would be stray traffic in the
                 # class counters, and the testbed's addresses are IPv4 only.

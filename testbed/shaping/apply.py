@@ -3,7 +3,8 @@ object, netlink.Batch sends a namespace's objects together and checks every ack.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import socket
+from collections.abc import Callable, Iterable
 
 from pyroute2 import IPRoute, protocols
 
@@ -57,14 +58,20 @@ def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
             )
 
 
-def apply_plans(plans: Iterable[InterfacePlan]) -> None:
+def apply_plans(
+    plans: Iterable[InterfacePlan], sockets: Callable[[str], socket.socket] | None = None
+) -> None:
     """Every plan, one netlink batch per namespace (netlink.py): the interfaces carry the
-    indexes the topology gave them, and each distinct tc object is encoded once."""
+    indexes the topology gave them, and each distinct tc object is encoded once. `sockets`:
+    the runtime's netlink socket of each namespace, when it keeps them."""
     by_ns: dict[str, nl.Batch] = {}
     for p in plans:
         if not p.end.index:
             raise ValueError(f"{p.end.netns}/{p.end.ifname}: no interface index in the plan")
-        batch = by_ns.setdefault(p.end.netns, nl.Batch(p.end.netns))
+        ns = p.end.netns
+        if ns not in by_ns:
+            by_ns[ns] = nl.Batch(ns, sockets(ns) if sockets else None)
+        batch = by_ns[ns]
         for obj in p.objects:
             batch.add(nl.tc(p.end.index, obj), f"{obj} on {p.end.ifname}")
     for batch in by_ns.values():

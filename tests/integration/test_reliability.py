@@ -291,10 +291,15 @@ def test_prometheus_that_never_gets_ready_is_not_orphaned(tmp_path, monkeypatch)
     assert r.stdout.strip() == "", f"the fake prometheus was left running: {r.stdout}"
 
 
-def test_kernel_probe_namespace_is_recorded(tmp_path):
+def test_kernel_probe_namespace_is_recorded(tmp_path, monkeypatch):
     """The probe's throwaway namespace is named after the run and recorded while it exists,
-    so a kill during probing leaves nothing the guardian does not know of."""
+    so a kill during probing leaves nothing the guardian does not know of. (No cached answer
+    here: the probe runs.) A second run of this boot takes the cached answer, with no
+    namespace at all."""
+    from testbed import preflight
     from testbed.preflight import kernel_capabilities
+
+    monkeypatch.setattr(preflight, "KERNEL_CACHE", tmp_path / "kernel-cache")
 
     seen: list[list[str]] = []
 
@@ -310,6 +315,13 @@ def test_kernel_probe_namespace_is_recorded(tmp_path):
         st.remove()
     assert seen == [["tb-9b0be0-probe"], []]  # recorded, then forgotten once removed
     assert not (NETNS_DIR / "tb-9b0be0-probe").exists()
+    seen.clear()
+    st = Watched(run_id="9b0be1", scenario="p", out_dir=str(tmp_path))
+    try:
+        again = kernel_capabilities(st)
+    finally:
+        st.remove()
+    assert seen == [] and again.missing_required() == []
 
 
 def _fake_prometheus(tmp_path: Path, marker: str) -> Path:

@@ -368,3 +368,25 @@ def test_file_sd_dir_is_relative_to_the_scenario_and_kept_absolute(tmp_path, mon
     )
     monkeypatch.chdir("/")  # not the scenario's folder
     assert load_scenario(f).metrics.file_sd_dir == str(tmp_path / "sd")
+
+
+def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, monkeypatch):
+    """A cached answer serves while the boot and the loaded modules are the same; a module
+    loaded since (say sch_netem) makes testbed probe again."""
+    from testbed import preflight
+    from testbed.shaping.probe import Capabilities
+
+    monkeypatch.setattr(preflight, "KERNEL_CACHE", tmp_path / "cache")
+    probes: list[int] = []
+    full = frozenset({"veth", "bridge", "htb", "pfifo", "u32"})
+
+    def fake_probe(name=None):
+        probes.append(1)
+        return Capabilities(full | ({"netem"} if len(probes) > 1 else set()))
+
+    monkeypatch.setattr(preflight, "probe", fake_probe)
+    monkeypatch.setattr(preflight, "_kernel_identity", lambda: "boot-1 htb")
+    assert not preflight.kernel_capabilities().has("netem")
+    assert not preflight.kernel_capabilities().has("netem") and len(probes) == 1
+    monkeypatch.setattr(preflight, "_kernel_identity", lambda: "boot-1 htb sch_netem")
+    assert preflight.kernel_capabilities().has("netem") and len(probes) == 2
