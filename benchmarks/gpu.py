@@ -13,7 +13,7 @@ GPU, light work at 1.25 GB/s, so a ratio well below 1 on one GPU is the first th
   nccl_class_share    the share of all bytes on the workers' uplinks that went in the job's
                       class (low): the DSCP rule marks NCCL's sockets too
   iteration_error     a compute-heavier job (50 ms): |mean iteration − predicted| / predicted
-                      (testbed.workloads.predict)
+                      (testbed.workloads.training.predict)
   gpus                GPUs this machine shows
 
 On a machine without an NVIDIA GPU it says so, prints no JSON line and exits 0;
@@ -33,7 +33,7 @@ from typing import Any
 from testbed.orchestrator import run
 from testbed.preflight import visible_gpus
 from testbed.scenario import load_scenario_data
-from testbed.workloads import predict
+from testbed.workloads.training import predict
 
 RATE = 10_000_000_000
 

@@ -32,7 +32,7 @@ import yaml
 
 from testbed import sweep as sw
 from testbed.orchestrator import run
-from testbed.workloads.websearch import planned_flows
+from testbed.workloads.websearch.controller import planned_flows
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = {

@@ -9,7 +9,7 @@ JSON line:
   compute_bound_error   |mean iteration time - predicted| / predicted on the same run: the
                         event model (below) adds the allreduce the compute cannot hide
   network_bound_error   |mean iteration time - predicted| / predicted, on a slow link (compute is
-                        a quarter of the network time); predicted by testbed.workloads.predict
+                        a quarter of the network time); predicted by testbed.workloads.training.predict
                         (the thesis ch. 4 event model with Horovod's fusion: ring allreduce
                         2(1-1/N)·S/B_eff per fused buffer, in the order backward makes gradients
                         ready, B_eff = TCP goodput with the ring's ACKs). At 10 Mbit/s
@@ -39,7 +39,8 @@ from typing import Any
 
 from testbed.orchestrator import run
 from testbed.scenario import load_scenario_data
-from testbed.workloads import flowsizes, predict
+from testbed.workloads.training import predict
+from testbed.workloads.websearch import flowsizes
 
 
 def run_one(data: dict[str, Any], keep: str | None = None) -> tuple[dict[str, Any], Path | None]:

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.runtime.netns import NETNS_DIR
+from testbed.namespaces import NETNS_DIR
 from testbed.state import RunState, all_states
 
 

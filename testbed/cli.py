@@ -90,7 +90,7 @@ def schema() -> None:
 def predict(scenario: str, as_json: bool) -> None:
     """Predict the Horovod iteration time of SCENARIO from the event model (thesis ch. 4):
     layer-wise backward, tensor fusion, ring allreduce per fused buffer on the link alone."""
-    from testbed.workloads.predict import for_scenario
+    from testbed.workloads.training.predict import for_scenario
 
     s = load_scenario(scenario)
     try:
@@ -713,7 +713,7 @@ def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbos
 def _print_dry_run(spec: Any, points: list[Any]) -> None:
     from testbed.dilation import wall_duration
     from testbed.metrics import size_class
-    from testbed.workloads.websearch import planned_flows
+    from testbed.workloads.websearch.controller import planned_flows
 
     t = Table(title=f"sweep {spec.name}: {len(points)} runs")
     for col in ("#", "point", "duration", "real time", "measured flows", "small"):
@@ -773,9 +773,9 @@ def down(force: bool) -> None:
 
     Only objects recorded in a run's state file are touched, and containers that carry
     testbed's labels and names for a run that is not alive. Idempotent."""
+    from testbed.namespaces import NETNS_DIR
     from testbed.preflight import require_root
     from testbed.runtime.base import teardown
-    from testbed.runtime.netns import NETNS_DIR
     from testbed.state import RunLock, RunState, all_states
 
     require_root("testbed down")

@@ -352,7 +352,7 @@ def verdict(s: Any, summary: dict[str, Any]) -> list[Outcome]:
     predicted = None
     h = s.workloads.horovod
     if h is not None and h.mode == "synthetic" and any(c.ref == "predicted" for c in s.checks()):
-        from testbed.workloads import predict
+        from testbed.workloads.training import predict
 
         predicted = predict.for_scenario(s)["iteration_s"]
     return evaluate(s.checks(), summary, predicted)

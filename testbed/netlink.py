@@ -23,11 +23,11 @@ import os
 import socket
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from functools import cache
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 
 from testbed.errors import RunFailure
+from testbed.namespaces import inside
 
 NETLINK_ROUTE = 0
 NETLINK_EXT_ACK = 11
@@ -203,28 +203,6 @@ def route(dst: IPv4Network, via: Sequence[IPv4Address]) -> bytes:
     return _message(RTM_NEWROUTE, CREATE, body)
 
 
-@cache
-def _tc_template(obj: object) -> bytes:
-    """pyroute2's encoding of one tc object for interface index 0 (see shaping/apply.py)."""
-    from pyroute2 import IPBatch
-
-    from testbed.shaping.apply import tc_call
-
-    batch = IPBatch()
-    try:
-        tc_call(batch, 0, obj)  # type: ignore[arg-type]
-        return bytes(batch.batch)
-    finally:
-        batch.close()
-
-
-def tc(index: int, obj: object) -> bytes:
-    """The tc object `obj` (a shaping.plan TcObject) on interface `index`."""
-    msg = bytearray(_tc_template(obj))
-    struct.pack_into("=i", msg, INDEX_OFFSET, index)
-    return bytes(msg)
-
-
 class Batch:
     """Requests for one namespace, sent together; every one must be acknowledged without
     error. `what` names each request in the error a user sees."""
@@ -256,8 +234,6 @@ class Batch:
 
 def open_socket(netns: str | None) -> socket.socket:
     """A netlink socket that lives in `netns` (a socket keeps the namespace it was made in)."""
-    from testbed.runtime.netns import inside
-
     with inside(netns):
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
     try:

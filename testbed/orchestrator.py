@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from testbed import dilation, hostcpu, preflight
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.metrics.session import MetricsSession
+from testbed.namespaces import NETNS_DIR
 from testbed.runtime.base import Runtime, make_runtime, teardown
-from testbed.runtime.netns import NETNS_DIR
 from testbed.scenario import Scenario, dump_scenario
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
@@ -711,17 +711,17 @@ def make_workloads(
     out: list[Workload] = []
     wl = s.workloads
     if wl.linkcheck is not None:
-        from testbed.workloads.linkcheck import Linkcheck
+        from testbed.workloads.linkcheck.controller import Linkcheck
 
         out.append(Linkcheck(wl.linkcheck, s, topo, rt, run_dir))
     if wl.horovod is not None:
         if wl.horovod.backend == "torch-ddp":
-            from testbed.workloads.ddp import DdpJob as job
+            from testbed.workloads.training.ddp import DdpJob as job
         else:
-            from testbed.workloads.horovod import HorovodJob as job
+            from testbed.workloads.training.horovod import HorovodJob as job
         out.append(job(wl.horovod, s, topo, rt, run_dir))
     if wl.websearch is not None:
-        from testbed.workloads.websearch import Websearch
+        from testbed.workloads.websearch.controller import Websearch
 
         out.append(Websearch(wl.websearch, s, topo, rt, run_dir))
     for w in out:

@@ -285,7 +285,7 @@ def check_gpus(s: Scenario) -> list[str]:
         raise EnvironmentProblem(
             f"workloads.horovod.gpus: devices {missing} do not exist here (visible: {visible})"
         )
-    from testbed.workloads.ddp import gpu_assignment
+    from testbed.workloads.training.ddp import gpu_assignment
 
     workers = len(w.hosts) if w.hosts else s.topology.hosts
     per_worker = gpu_assignment(w.gpus, visible, workers)

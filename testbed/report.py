@@ -90,7 +90,7 @@ class Run:
     def predicted_iteration(self) -> float | None:
         """The event model's iteration time for this run's scenario, alone on its links."""
         from testbed.scenario import load_scenario
-        from testbed.workloads.predict import for_scenario
+        from testbed.workloads.training.predict import for_scenario
 
         try:
             return for_scenario(load_scenario(self.path / "scenario.yaml"))["iteration_s"]

@@ -133,7 +133,7 @@ def host_gpus(s: Scenario, plan: TopologyPlan) -> dict[str, list[int]]:
     if w is None or w.gpus is None:
         return {}
     from testbed.preflight import visible_gpus
-    from testbed.workloads.ddp import gpu_assignment
+    from testbed.workloads.training.ddp import gpu_assignment
 
     hosts = [plan.host(n) for n in w.hosts] if w.hosts else list(plan.hosts)
     devices = gpu_assignment(w.gpus, visible_gpus(), len(hosts))

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from pyroute2 import netns
 
 from testbed.errors import EnvironmentProblem, RunFailure
+from testbed.namespaces import create_netns
 from testbed.runtime.base import NodeProcess, PolledProcess
-from testbed.runtime.netns import NetnsRuntime, create_netns, process_running
+from testbed.runtime.netns import NetnsRuntime, process_running
 from testbed.runtime.netns import teardown as netns_teardown
 from testbed.state import RunState, all_states, proc_start_time
 from testbed.topology import Host, TopologyPlan

@@ -1,10 +1,8 @@
 """The default runtime: every node is a Linux network namespace (needs root and nothing else).
 
-Building is plain netlink through pyroute2. Netlink sockets are opened *inside* each namespace
-by switching the calling thread there (setns) and back, which is several times faster than
-pyroute2's `IPRoute(netns=...)` (that forks a helper per socket). Processes are started in a
-node with `nsenter`, the util-linux tool for exactly this, so that no Python code runs between
-fork and exec.
+Building is plain netlink (netlink.py), inside each namespace (namespaces.py). Processes are
+started in a node with `nsenter`, the util-linux tool for exactly this, so that no Python code
+runs between fork and exec.
 """
 
 from __future__ import annotations
@@ -20,15 +18,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import IPRoute
 from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed import netlink as nl
 from testbed.errors import RunFailure
+from testbed.namespaces import NETNS_DIR, create_netns, inside, remove_netns, write_sysctl
 from testbed.runtime import forkserver
 from testbed.runtime.base import NodeProcess
 from testbed.shaping.stats import ClassReader
@@ -47,7 +46,6 @@ from testbed.topology import (
 
 log = logging.getLogger(__name__)
 
-NETNS_DIR = Path("/run/netns")
 # Offloads that make a veth hand 64 KB super-packets to the qdisc: HTB then counts and queues
 # super-packets, so rates overshoot in bursts and a 1000-packet FIFO holds 64 MB.
 OFFLOADS_OFF = (
@@ -63,51 +61,11 @@ OFFLOADS_OFF = (
 )
 
 
-@contextlib.contextmanager
-def inside(ns: str | None) -> Iterator[None]:
-    """Run the block with the calling thread in namespace `ns` (None: stay where we are).
-
-    pyroute2 is handed an open descriptor, not the name: by name it lists /run/netns on every
-    switch (a third of a 256-host build went there) and creates a namespace that is missing;
-    a missing one is an error here (FileNotFoundError)."""
-    if ns is None:
-        yield
-        return
-    fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        netns.pushns(fd)
-    finally:
-        os.close(fd)
-    try:
-        yield
-    finally:
-        netns.popns()
-
-
 def open_ipr(ns: str | None) -> IPRoute:
     if ns is not None and not (NETNS_DIR / ns).exists():
         raise RunFailure(f"network namespace {ns} does not exist")
     with inside(ns):
         return IPRoute()
-
-
-def create_netns(name: str) -> None:
-    """Create a named namespace without forking (O_EXCL: refuse one that exists)."""
-    netns.pushns()
-    try:
-        netns.setns(name, flags=os.O_CREAT | os.O_EXCL, fork=False)
-    finally:
-        netns.popns()
-
-
-def write_sysctl(ns: str | None, key: str, value: str, *more: str) -> None:
-    """Write /proc/sys/<key> as seen from inside `ns` (and further key, value pairs, in the
-    same visit); absent keys (no IPv6) are fine."""
-    pairs = (key, value, *more)
-    with inside(ns):
-        for k, v in zip(pairs[::2], pairs[1::2], strict=True):
-            with contextlib.suppress(FileNotFoundError):
-                Path("/proc/sys", k.replace(".", "/")).write_text(v)
 
 
 class _Ethtool(IoctlEthtool):
@@ -533,7 +491,7 @@ def teardown(state: RunState) -> list[str]:
             problems += _delete_group(obj["group"], {o["name"] for o in root_links})
     for ns in reversed(namespaces):
         try:
-            netns.remove(ns)
+            remove_netns(ns)
         except FileNotFoundError:
             pass
         except OSError as e:

@@ -4,9 +4,11 @@ object, netlink.Batch sends a namespace's objects together and checks every ack.
 from __future__ import annotations
 
 import socket
+import struct
 from collections.abc import Callable, Iterable
+from functools import cache
 
-from pyroute2 import IPRoute, protocols
+from pyroute2 import IPBatch, IPRoute, protocols
 
 from testbed import netlink as nl
 from testbed.shaping.plan import DscpFilter, Fifo, Htb, HtbClass, InterfacePlan, Netem, TcObject
@@ -58,6 +60,25 @@ def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
             )
 
 
+@cache
+def _tc_template(obj: TcObject) -> bytes:
+    """pyroute2's encoding of one tc object for interface index 0."""
+    batch = IPBatch()
+    try:
+        tc_call(batch, 0, obj)  # type: ignore[arg-type]
+        return bytes(batch.batch)
+    finally:
+        batch.close()
+
+
+def tc_message(index: int, obj: TcObject) -> bytes:
+    """The tc object `obj` on interface `index`: encoded once per distinct object, the index
+    patched in (it sits at the same offset in every tcmsg)."""
+    msg = bytearray(_tc_template(obj))
+    struct.pack_into("=i", msg, nl.INDEX_OFFSET, index)
+    return bytes(msg)
+
+
 def apply_plans(
     plans: Iterable[InterfacePlan], sockets: Callable[[str], socket.socket] | None = None
 ) -> None:
@@ -73,6 +94,6 @@ def apply_plans(
             by_ns[ns] = nl.Batch(ns, sockets(ns) if sockets else None)
         batch = by_ns[ns]
         for obj in p.objects:
-            batch.add(nl.tc(p.end.index, obj), f"{obj} on {p.end.ifname}")
+            batch.add(tc_message(p.end.index, obj), f"{obj} on {p.end.ifname}")
     for batch in by_ns.values():
         batch.commit()

@@ -12,10 +12,10 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from pyroute2 import netns, protocols
+from pyroute2 import IPRoute, netns, protocols
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.runtime.netns import create_netns, open_ipr
+from testbed.namespaces import create_netns, inside
 
 HOW = {
     "veth": "CONFIG_VETH (modprobe veth)",
@@ -44,7 +44,8 @@ def probe(name: str | None = None) -> Capabilities:
     present: set[str] = set()
     create_netns(name)
     try:
-        ipr = open_ipr(name)
+        with inside(name):
+            ipr = IPRoute()
         try:
             _try_all(ipr, present)
         finally:

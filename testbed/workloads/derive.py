@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.workloads import flowsizes, models
+from testbed.workloads.training import models
+from testbed.workloads.websearch import flowsizes
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario

@@ -62,7 +62,7 @@ def test_node_image_has_the_tools_and_labels(engine, node_image):
     for tool in ("iproute2", "iputils", "iperf 3", "procps"):
         assert tool in out
     # the node programs start as modules of the venv's interpreter, which PATH finds first
-    out = _run(engine, node_image, ["python", "-c", "import testbed.workloads.websearch_node"])
+    out = _run(engine, node_image, ["python", "-c", "import testbed.workloads.websearch.node"])
     assert out == ""
     labels = engine.images.get(node_image).labels
     assert labels["testbed.image"] == "node"

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from testbed.namespaces import NETNS_DIR
 from testbed.orchestrator import run
-from testbed.runtime.netns import NETNS_DIR
 from testbed.scenario import load_scenario_data
 from testbed.state import STATE_DIR
 

@@ -95,7 +95,7 @@ def test_a_generator_stopped_during_its_drain_writes_its_running_flows(tmp_path)
     mute.listen(128)  # the kernel completes handshakes; nothing is ever sent back
     go = tmp_path / "go.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.workloads.websearch_node", "--host", "a",
+        [sys.executable, "-m", "testbed.workloads.websearch.node", "--host", "a",
          "--bind", "127.0.0.2", "--config", str(tmp_path / "cfg.json"), "--go", str(go),
          "--out", str(tmp_path / "flows-a.csv")],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,

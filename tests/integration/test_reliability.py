@@ -19,8 +19,9 @@ import pytest
 from testbed.metrics import prometheus as prom
 from testbed.metrics.exporters import orchestrator_exporter
 from testbed.metrics.prometheus import Prometheus, cross_check
+from testbed.namespaces import NETNS_DIR, create_netns
 from testbed.runtime.base import teardown
-from testbed.runtime.netns import NETNS_DIR, create_netns, kill_processes, pids_in, spawn_in_netns
+from testbed.runtime.netns import kill_processes, pids_in, spawn_in_netns
 from testbed.state import STATE_DIR, RunState
 
 from .helpers import ROOT, present_objects, run_cli, running, spawn_up

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from pyroute2.ethtool import Ethtool
 
-from testbed.runtime.netns import inside
+from testbed.namespaces import inside
 from tests.bounds import time_at_most
 
 from .helpers import built_network, run_scenario

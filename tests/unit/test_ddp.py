@@ -7,8 +7,8 @@ import pytest
 from testbed import preflight
 from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.scenario import load_scenario_data
-from testbed.workloads.ddp import gpu_assignment
-from testbed.workloads.ddp_worker import buckets_for
+from testbed.workloads.training.ddp import gpu_assignment
+from testbed.workloads.training.ddp_worker import buckets_for
 from tests.needs import need
 
 MiB = 2**20
@@ -155,7 +155,7 @@ def test_a_horovod_that_does_not_import_is_an_error_not_no_nccl(tmp_path):
 
 def test_each_gpu_worker_is_its_own_nccl_host(monkeypatch, tmp_path):
     from testbed.topology import single_tor
-    from testbed.workloads.ddp import DdpJob
+    from testbed.workloads.training.ddp import DdpJob
 
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
     s = _gpu_scenario({"backend": "torch-ddp", "gpus": 1})
@@ -172,7 +172,7 @@ def test_a_container_counts_its_gpus_from_zero(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from testbed.topology import single_tor
-    from testbed.workloads.ddp import DdpJob
+    from testbed.workloads.training.ddp import DdpJob
 
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1, 2, 3])
     s = _gpu_scenario({"backend": "torch-ddp", "gpus": 2})

@@ -78,7 +78,7 @@ def test_gpus_are_passed_through_with_what_nccl_needs() -> None:
 
 
 def test_nccl_is_kept_on_the_shaped_interface() -> None:
-    from testbed.workloads.horovod import nccl_env
+    from testbed.workloads.training.horovod import nccl_env
 
     s = load_scenario_data(
         {"name": "n", "topology": {"hosts": 2},

@@ -3,7 +3,7 @@ import pytest
 from testbed.metrics import describe, percentile
 from testbed.scenario import load_scenario_data
 from testbed.topology import single_tor
-from testbed.workloads.linkcheck import goodput_bps, pairs
+from testbed.workloads.linkcheck.controller import goodput_bps, pairs
 
 
 def test_goodput_from_samples():

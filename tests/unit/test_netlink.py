@@ -11,7 +11,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from testbed import netlink as nl
-from testbed.shaping.apply import tc_call
+from testbed.shaping.apply import tc_call, tc_message
 from testbed.shaping.plan import LinkSpec, plan_interface
 from testbed.shaping.profile import TcProfile, load_profile_data
 from testbed.topology import LinkEnd
@@ -141,7 +141,7 @@ def test_each_tc_copy_is_pyroute2s_encoding_for_that_interface(ref, profile):
     plan = plan_interface(LinkEnd("h1", "up", "ns", "eth0", 100), LinkSpec(10**9), prof, False)
     for index in (100, 1003, 2**20):
         for obj in plan.objects:
-            mine = nl.tc(index, obj)
+            mine = tc_message(index, obj)
             theirs = ref(lambda b, o=obj, i=index: tc_call(b, i, o))
             assert len(mine) == len(theirs)
             assert mine[:8] == theirs[:8] and mine[16:] == theirs[16:], obj

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.workloads.models import Layer
-from testbed.workloads.predict import (
+from testbed.workloads.training.models import Layer
+from testbed.workloads.training.predict import (
     Network,
     Schedule,
     simulate,
@@ -89,7 +89,7 @@ def test_the_ring_gets_more_of_the_link_with_jumbo_frames():
     """By hand: two 1448-byte payloads per two 1514-byte frames and one 66-byte ACK is
     2896 / 3094; with a 9000-byte MTU, 2 · 8948 / (2 · 9014 + 66) = 17896 / 18094."""
     from testbed.scenario import load_scenario_data
-    from testbed.workloads.predict import ack_efficiency, for_scenario
+    from testbed.workloads.training.predict import ack_efficiency, for_scenario
 
     assert ack_efficiency() == pytest.approx(2896 / 3094)
     assert ack_efficiency(9000) == pytest.approx(17896 / 18094)

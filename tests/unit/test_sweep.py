@@ -12,7 +12,7 @@ from testbed import errors
 from testbed import sweep as sw
 from testbed.errors import ScenarioError
 from testbed.scenario import load_scenario
-from testbed.workloads.websearch import planned_flows
+from testbed.workloads.websearch.controller import planned_flows
 
 ROOT = Path(__file__).resolve().parents[2]
 

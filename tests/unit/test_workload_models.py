@@ -9,8 +9,9 @@ import yaml
 
 from testbed.errors import ScenarioError
 from testbed.scenario import dump_scenario, load_scenario, load_scenario_data
-from testbed.workloads import flowsizes, models
 from testbed.workloads.derive import layers_for
+from testbed.workloads.training import models
+from testbed.workloads.websearch import flowsizes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.window import wait_for_go
-from testbed.workloads.horovod_worker import (
+from testbed.workloads.training.horovod_worker import (
     FINISH,
     Clock,
     Recorder,

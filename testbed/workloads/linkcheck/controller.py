@@ -22,7 +22,7 @@ from testbed.topology import Host, TopologyPlan
 from testbed.workloads.procs import Synchronised, present, stop_all
 
 log = logging.getLogger(__name__)
-NODE_MODULE = "testbed.workloads.linkcheck_node"
+NODE_MODULE = "testbed.workloads.linkcheck.node"
 
 
 @dataclass

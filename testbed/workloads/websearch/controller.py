@@ -15,13 +15,13 @@ from testbed.metrics.exporters import WEBSEARCH_PORT
 from testbed.runtime.base import NodeProcess, Runtime
 from testbed.scenario import Scenario, WebsearchWorkload
 from testbed.topology import Host, TopologyPlan
-from testbed.workloads import flowsizes
-from testbed.workloads.horovod import selected_hosts
 from testbed.workloads.procs import Synchronised, count_rows, present, read_csvs, stop_all
-from testbed.workloads.websearch_node import FIELDS, arrivals, host_rng
+from testbed.workloads.training.horovod import selected_hosts
+from testbed.workloads.websearch import flowsizes
+from testbed.workloads.websearch.node import FIELDS, arrivals, host_rng
 
 log = logging.getLogger(__name__)
-NODE_MODULE = "testbed.workloads.websearch_node"
+NODE_MODULE = "testbed.workloads.websearch.node"
 
 
 def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

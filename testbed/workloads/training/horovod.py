@@ -38,13 +38,13 @@ from testbed.scenario import HorovodWorkload, Scenario
 from testbed.stopping import checkpoint
 from testbed.topology import Host, TopologyPlan
 from testbed.workloads import derive
-from testbed.workloads.horovod_worker import FIELDS
 from testbed.workloads.procs import Synchronised, count_rows, present, read_csvs, stop_all
-from testbed.workloads.rendezvous import RendezvousStore
+from testbed.workloads.training.horovod_worker import FIELDS
+from testbed.workloads.training.rendezvous import RendezvousStore
 
 log = logging.getLogger(__name__)
 WORKER_GID = 64242  # the group whose sockets get Horovod's DSCP
-WORKER_MODULE = "testbed.workloads.horovod_worker"
+WORKER_MODULE = "testbed.workloads.training.horovod_worker"
 # imported once per run by the fork server: ~2.5 s of CPU each that workers need not repeat
 PRELOAD = ("torch", "horovod.torch", WORKER_MODULE)
 # NCCL over the emulated network: sockets on the data interface only, no InfiniBand, no

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from testbed.workloads.models import Layer
+from testbed.workloads.training.models import Layer
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario

@@ -41,7 +41,7 @@ from typing import Any
 from testbed.metrics import size_class
 from testbed.metrics.exporters import start_node_exporter
 from testbed.window import Window, wait_for_go
-from testbed.workloads.flowsizes import sample
+from testbed.workloads.websearch.flowsizes import sample
 
 HEADER = struct.Struct("!Q")
 CHUNK = 64 * 1024

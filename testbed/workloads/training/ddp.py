@@ -25,7 +25,7 @@ from testbed.metrics.exporters import HOROVOD_PORT
 from testbed.runtime import forkserver
 from testbed.runtime.base import NodeProcess
 from testbed.stopping import checkpoint
-from testbed.workloads.horovod import (
+from testbed.workloads.training.horovod import (
     WORKER_GID,
     HorovodJob,
     mark_group,
@@ -33,8 +33,8 @@ from testbed.workloads.horovod import (
 )
 
 log = logging.getLogger(__name__)
-WORKER_MODULE = "testbed.workloads.ddp_worker"
-STORE_MODULE = "testbed.workloads.ddp_store"
+WORKER_MODULE = "testbed.workloads.training.ddp_worker"
+STORE_MODULE = "testbed.workloads.training.ddp_store"
 PRELOAD = ("torch", "torch.distributed", WORKER_MODULE, STORE_MODULE)
 
 
