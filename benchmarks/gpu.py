@@ -32,7 +32,7 @@ from typing import Any
 
 from testbed.orchestrator import run
 from testbed.preflight import visible_gpus
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 from testbed.workloads.training import predict
 
 RATE = 10_000_000_000

@@ -32,7 +32,7 @@ from typing import Any
 
 from testbed.metrics.prometheus import scalar
 from testbed.orchestrator import run
-from testbed.scenario import load_scenario
+from testbed.resolve import load_scenario, with_overrides
 from testbed.state import STATE_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,10 +156,7 @@ def cpu_per_scrape(kind: str, n: int = 400) -> float:
 
 def measure(prometheus: str, duration: float) -> tuple[Sampler, dict[str, Any]]:
     s = load_scenario(ROOT / "examples" / "thesis-mini.yaml")
-    data = s.model_dump(mode="json")
-    data["metrics"]["prometheus"] = prometheus
-    s = s.with_overrides(duration=duration)
-    s = type(s).model_validate({**s.model_dump(mode="json"), "metrics": data["metrics"]})
+    s = with_overrides(s, {"duration": duration, "metrics.prometheus": prometheus})
     out = Path(tempfile.mkdtemp(prefix="tb-overhead-")) / "run"
     sampler = Sampler(out.resolve())
     sampler.start()

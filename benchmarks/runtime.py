@@ -38,9 +38,9 @@ import yaml
 
 from testbed.images import build_images, ensure_node_image
 from testbed.orchestrator import run
+from testbed.resolve import load_scenario_data
 from testbed.runtime.base import make_runtime, teardown
 from testbed.runtime.docker import client
-from testbed.scenario import load_scenario_data
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import LinkSpec, plan_links
 from testbed.state import RunState

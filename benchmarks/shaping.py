@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.orchestrator import run
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 
 
 def run_one(name: str, data: dict[str, Any]) -> dict[str, Any]:

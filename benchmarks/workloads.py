@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.orchestrator import run
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 from testbed.workloads.training import predict
 from testbed.workloads.websearch import flowsizes
 

@@ -12,12 +12,11 @@ there, so nothing started by exec outlives the run.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from typing import Any
 
-from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.namespaces import NETNS_DIR
+from testbed.errors import ScenarioError
+from testbed.runtime import registry as runtimes
 from testbed.state import RunState, all_states
 
 
@@ -59,35 +58,15 @@ def host_of(st: RunState, name: str) -> dict[str, Any]:
 
 
 def argv_for(st: RunState, host: dict[str, Any], command: list[str], tty: bool) -> list[str]:
-    """The command line that runs `command` inside `host`."""
-    if st.runtime == "docker":
-        docker = shutil.which("docker")
-        if docker is None:
-            raise EnvironmentProblem(
-                "the docker CLI is not on PATH (apt-get install docker.io); it runs commands "
-                "in a container host"
-            )
-        flags = ["-i", "-t"] if tty else ["-i"]
-        return [docker, "exec", *flags, host["netns"], *command]
-    nsenter = shutil.which("nsenter")
-    if nsenter is None:
-        raise EnvironmentProblem("nsenter is not on PATH (apt-get install util-linux)")
-    path = NETNS_DIR / host["netns"]
-    if not path.exists():
-        raise ScenarioError(f"run {st.run_id}: host {host['name']}'s namespace is gone ({path})")
-    return [nsenter, f"--net={path}", "--", *command]
+    """The command line that runs `command` inside `host`, as its runtime reaches it."""
+    return runtimes.get(st.runtime).exec_argv(st, host, command, tty)
 
 
 def shell_command(st: RunState, host: dict[str, Any]) -> list[str]:
     """An interactive shell whose prompt names the run and host (no rc file: one that sets
     PS1 would hide where the shell is)."""
     prompt = f"[{st.run_id} {host['name']} {host['data_ip']}] \\w\\$ "
-    if st.runtime == "docker":
-        return ["env", f"PS1={prompt}", "bash", "--norc", "-i"]
-    shell = os.environ.get("SHELL") or "/bin/bash"
-    if os.path.basename(shell) == "bash":
-        return ["env", f"PS1={prompt}", shell, "--norc", "-i"]
-    return [shell, "-i"]
+    return runtimes.get(st.runtime).shell(prompt)
 
 
 def run_in_host(run_id: str | None, name: str, command: list[str], shell: bool = False) -> None:

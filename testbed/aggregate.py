@@ -1,8 +1,9 @@
 """`testbed report SWEEP_DIR`: a sweep's runs, compared cell by cell as the thesis does.
 
 A cell is one combination of the axes other than the compared one (e.g. the priority scheme)
-and the seed. In each cell and for each seed, every non-baseline value is compared with the
-baseline run of the same seed:
+and the seed. What is compared are the workload instances' comparable figures (report.py:
+mean FCT per size class, mean iteration time, each kind's own). In each cell and for each
+seed, every non-baseline value is compared with the baseline run of the same seed:
 - the % change of the mean FCT per pFabric size class, and of the mean iteration time (the
   thesis' figure: each run's own mean, its censored flows left out of it and counted);
 - the matched change: the two runs share a seed, so they carry the same flows (ids, sizes,
@@ -20,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import ScenarioError
-from testbed.report import CLASSES, Run, matched_flows, pct_change
+from testbed.report import comparable, hooks
+from testbed.runs import Run, pct_change
 from testbed.sweep import short_name
-
-METRICS = (*CLASSES, "iteration")
 
 
 def is_sweep(path: Path) -> bool:
@@ -43,31 +43,21 @@ def _spread(xs: list[float | None]) -> dict[str, Any]:
     }
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
 def matched_change(base: Run, other: Run) -> dict[str, dict[str, Any]]:
-    """Per size class: % change of the mean FCT over the flows completed in both runs."""
-    out = {}
-    for c in CLASSES:
-        m = matched_flows(base, other, c)
-        out[c] = {
-            "change_pct": pct_change(
-                _mean([b for _, b in m.pairs]), _mean([a for a, _ in m.pairs])
-            ),
-            "matched": len(m.pairs),
-            "censored": m.censored,
-        }
+    """The kinds' matched comparisons (web-search: the flows completed in both runs of one
+    seed), per figure: change_pct, matched, censored."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, kind, _ in base.instances():
+        h = hooks(kind)
+        if hasattr(h, "matched_change"):
+            out.update(h.matched_change(base, other, name))
     return out
 
 
-def _run_means(run: Run) -> dict[str, float | None]:
-    w, h = run.websearch or {}, run.horovod or {}
-    out: dict[str, float | None] = {
-        c: (w.get("fct_s") or {}).get(c, {}).get("mean") for c in CLASSES
-    }
-    out["iteration"] = (h.get("iteration_time_s") or {}).get("mean")
+def _counts(run: Run) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, kind, section in run.instances():
+        out.update(hooks(kind).counts(name, section))
     return out
 
 
@@ -101,30 +91,29 @@ def aggregate(sweep_dir: Path) -> dict[str, Any]:
             if value == baseline:
                 continue
             seeds = sorted(set(base_runs) & set(other_runs), key=int)
-            plain: dict[str, list[float | None]] = {m: [] for m in METRICS}
-            matched: dict[str, list[float | None]] = {c: [] for c in CLASSES}
-            censored = {c: {"baseline": 0, "run": 0} for c in CLASSES}
-            counts = {c: 0 for c in CLASSES}
+            plain: dict[str, list[float | None]] = {}
+            matched: dict[str, list[float | None]] = {}
+            censored: dict[str, dict[str, int]] = {}
+            counts: dict[str, int] = {}
             for seed in seeds:
                 b, o = base_runs[seed], other_runs[seed]
-                mb, mo = _run_means(b), _run_means(o)
-                for m in METRICS:
-                    plain[m].append(pct_change(mo[m], mb[m]))
-                mc = matched_change(b, o)
-                for c in CLASSES:
-                    matched[c].append(mc[c]["change_pct"])
+                mb, mo = comparable(b), comparable(o)
+                for m in mb:
+                    plain.setdefault(m, []).append(pct_change(mo.get(m), mb[m]))
+                for m, mc in matched_change(b, o).items():
+                    matched.setdefault(m, []).append(mc["change_pct"])
+                    c = censored.setdefault(m, {"baseline": 0, "run": 0})
                     for k in ("baseline", "run"):
-                        censored[c][k] += mc[c]["censored"][k]
-                    counts[c] += ((b.websearch or {}).get("fct_s") or {}).get(c, {}).get(
-                        "count"
-                    ) or 0
+                        c[k] += mc["censored"][k]
+                for m, n in _counts(b).items():
+                    counts[m] = counts.get(m, 0) + n
             cells.append(
                 {
                     "cell": dict(cell),
                     axis: value,
                     "seeds": [int(x) for x in seeds],
-                    "change_pct": {m: _spread(plain[m]) for m in METRICS},
-                    "matched_change_pct": {c: _spread(matched[c]) for c in CLASSES},
+                    "change_pct": {m: _spread(v) for m, v in plain.items()},
+                    "matched_change_pct": {m: _spread(v) for m, v in matched.items()},
                     "censored": censored,
                     "baseline_flows": counts,
                 }
@@ -171,7 +160,7 @@ def _plot_map(
     y_axis: str,
     out: Path,
 ) -> Path:
-    from testbed.report import pyplot
+    from testbed.runs import pyplot
 
     plt = pyplot()
     import matplotlib.colors as mcolors
@@ -180,7 +169,7 @@ def _plot_map(
     ys = _ordered({c["cell"][y_axis] for c in cells})
     grid = [[math.nan] * len(xs) for _ in ys]
     for c in cells:
-        v = c["change_pct"]["iteration"]["mean"]
+        v = c["change_pct"].get("iteration", {}).get("mean")
         grid[ys.index(c["cell"][y_axis])][xs.index(c["cell"][x_axis])] = (
             math.nan if v is None else v
         )
@@ -190,11 +179,10 @@ def _plot_map(
     for c in cells:
         i, j = ys.index(c["cell"][y_axis]), xs.index(c["cell"][x_axis])
         ch = c["change_pct"]
-        ax.text(j, i, "\n".join([
-            f"iter {_fmt(ch['iteration']['mean'])}",
-            f"small {_fmt(ch['small']['mean'])}",
-            f"large {_fmt(ch['large']['mean'])}",
-        ]), ha="center", va="center", fontsize=8)  # fmt: skip
+        ax.text(j, i, "\n".join(
+            f"{label} {_fmt(ch.get(key, {}).get('mean'))}"
+            for label, key in (("iter", "iteration"), ("small", "small"), ("large", "large"))
+        ), ha="center", va="center", fontsize=8)  # fmt: skip
     ax.set_xticks(range(len(xs)), xs)
     ax.set_yticks(range(len(ys)), ys)
     ax.set_xlabel(short_name(x_axis))

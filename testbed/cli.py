@@ -33,7 +33,8 @@ from rich.progress import (
 from rich.table import Table
 
 from testbed.errors import ScenarioError, TestbedError
-from testbed.scenario import dump_scenario, json_schema, load_scenario
+from testbed.resolve import load_scenario, with_overrides
+from testbed.scenario import dump_scenario, json_schema
 from testbed.units import parse_duration
 
 err_console = Console(stderr=True)
@@ -88,40 +89,52 @@ def schema() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @_friendly
 def predict(scenario: str, as_json: bool) -> None:
-    """Predict the Horovod iteration time of SCENARIO from the event model (thesis ch. 4):
-    layer-wise backward, tensor fusion, ring allreduce per fused buffer on the link alone."""
-    from testbed.workloads.training.predict import for_scenario
+    """Predict the iteration time of each training job of SCENARIO from the event model
+    (thesis ch. 4): layer-wise backward, tensor fusion, ring allreduce per fused buffer at the
+    ring's bottleneck, the job alone on the network."""
+    from testbed.workloads.training.predict import for_instance, training_instances
 
     s = load_scenario(scenario)
+    jobs = training_instances(s)
+    if not jobs:
+        raise ScenarioError(f"{scenario}: workloads: the scenario has no training job to predict")
     try:
-        p = for_scenario(s)
+        preds = {name: for_instance(name, s) for name, _ in jobs}
     except ValueError as e:
         raise ScenarioError(f"{scenario}: {e}") from None
     if as_json:
-        click.echo(json.dumps(p, indent=2))
+        doc = next(iter(preds.values())) if len(preds) == 1 else {"instances": preds}
+        click.echo(json.dumps(doc, indent=2))
         return
     out = Console()
-    out.print(
-        f"{s.name}: {p['workers']} workers, {_fmt_rate(p['link_rate_bps'])} links, "
-        f"model {p['model_bytes'] / 1e6:.3g} MB, {p['bytes_per_iteration'] / 1e6:.3g} MB "
-        "per worker per iteration"
-    )
-    out.print(
-        f"compute {p['compute_s'] * 1e3:.1f} ms, network {p['network_s'] * 1e3:.1f} ms at the "
-        f"link rate (R_cp_to_nw {p['compute_to_network_ratio']:.3g}); the model moves bytes at "
-        f"TCP's {p['efficiency']:.3f} of the rate"
-    )
-    out.print(
-        f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/], "
-        f"U_horovod {p['u_horovod_pct']:.2f}% of each link (no background load)"
-    )
-    t = Table(title="the same job with other gradient schedules")
-    for col in ("queue", "barrier", "iteration (ms)"):
-        t.add_column(col, justify="right")
-    for name, v in p["variants_s"].items():
-        queue, _, nob = name.partition("-")
-        t.add_row(queue, "off" if nob else "on", f"{v * 1e3:.1f}")
-    out.print(t)
+    for name, p in preds.items():
+        who = s.name if len(preds) == 1 else f"{s.name}, {name}"
+        via = (
+            ""
+            if p["bottleneck_bps"] == p["link_rate_bps"]
+            else f", the ring held to {_fmt_rate(p['bottleneck_bps'])} by the fabric"
+        )
+        out.print(
+            f"{who}: {p['workers']} workers, {_fmt_rate(p['link_rate_bps'])} links{via}, model "
+            f"{p['model_bytes'] / 1e6:.3g} MB, {p['bytes_per_iteration'] / 1e6:.3g} MB per worker "
+            "per iteration"
+        )
+        out.print(
+            f"compute {p['compute_s'] * 1e3:.1f} ms, network {p['network_s'] * 1e3:.1f} ms at the "
+            f"ring's rate (R_cp_to_nw {p['compute_to_network_ratio']:.3g}); the model moves bytes "
+            f"at TCP's {p['efficiency']:.3f} of the rate"
+        )
+        out.print(
+            f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/], "
+            f"U_horovod {p['u_horovod_pct']:.2f}% of the ring's bottleneck (no background load)"
+        )
+        t = Table(title="the same job with other gradient schedules")
+        for col in ("queue", "barrier", "iteration (ms)"):
+            t.add_column(col, justify="right")
+        for variant, v in p["variants_s"].items():
+            queue, _, nob = variant.partition("-")
+            t.add_row(queue, "off" if nob else "on", f"{v * 1e3:.1f}")
+        out.print(t)
 
 
 class RichUI:
@@ -214,7 +227,7 @@ def up(
             raise ScenarioError(f"--duration: {e}") from None
     changes = {k: v for k, v in (("duration", d), ("seed", seed)) if v is not None}
     if changes:
-        s = s.with_overrides(changes)
+        s = with_overrides(s, changes)
     _console_logging(verbose)
     columns = (
         SpinnerColumn(),
@@ -229,11 +242,13 @@ def up(
         result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s)
         ui.done()
     run_dir = shown(result.run_dir)
-    _print_result(run_dir, result.summary)
-    if result.summary.get("horovod") or result.summary.get("websearch"):
-        from testbed import report as rp
+    from testbed import report as rp
+    from testbed.runs import Run
 
-        _print_run(Console(), rp.describe_run(rp.Run(run_dir)))
+    run = Run(run_dir)
+    if run.instances():
+        rp.print_run(Console(), rp.describe_run(run))
+    Console().print(f"run folder: {run_dir}")
     _plots_after_run(run_dir)
     if s.expect:
         _expectations(s, run_dir, result.summary, junit)
@@ -299,7 +314,7 @@ def _report_expect(runs: tuple[Path, ...], expect_file: Path, junit: Path | None
         raise ScenarioError(
             f"{expect_file}: write an expect: list, e.g. expect: ['websearch.censored == 0']"
         )
-    from testbed.scenario import load_scenario_data
+    from testbed.resolve import load_scenario_data
 
     base = yaml.safe_load(scenario_path.read_text())
     base.pop("expect", None)
@@ -311,9 +326,10 @@ def _report_expect(runs: tuple[Path, ...], expect_file: Path, junit: Path | None
 def _plots_after_run(run_dir: Path) -> None:
     """Plots are a convenience: a plotting problem is reported, never fails the run."""
     from testbed import report as rp
+    from testbed.runs import Run
 
     try:
-        for p in rp.plots_for(rp.Run(run_dir)):
+        for p in rp.plots_for(Run(run_dir)):
             Console().print(f"plot: {p}")
     except Exception as e:
         err_console.print(f"[yellow]warning:[/] plots not written: {e}")
@@ -348,39 +364,6 @@ def _fmt_rate(bps: float) -> str:
     return f"{bps / 1e6:.1f} Mbit/s" if bps < 1e9 else f"{bps / 1e9:.2f} Gbit/s"
 
 
-def _print_result(run_dir: Path, summary: dict[str, Any]) -> None:
-    out = Console()
-    lc = summary.get("linkcheck")
-    if lc:
-        t = Table(
-            title=f"linkcheck: goodput per pair and class (link {_fmt_rate(lc['link_rate_bps'])})"
-        )
-        for col in ("src", "dst", "class", "dscp", "goodput", "of link"):
-            t.add_column(col, justify="right" if col in ("dscp", "goodput", "of link") else "left")
-        for f in lc["bulk"]:
-            t.add_row(
-                f["src"],
-                f["dst"],
-                f["class"],
-                str(f["dscp"]),
-                _fmt_rate(f["goodput_bps"]),
-                f"{f['goodput_bps'] / lc['link_rate_bps']:.1%}",
-            )
-        out.print(t)
-        sh = lc["short"]
-        if sh["class"] is not None:
-            st = sh["fct_s"]
-            if st["count"]:
-                out.print(
-                    f"short transfers ({sh['size_bytes']} B, class {sh['class']}): "
-                    f"{sh['completed']}/{sh['started']} completed, completion time "
-                    f"mean {st['mean'] * 1e3:.2f} ms, p50 {st['p50'] * 1e3:.2f} ms, p99 {st['p99'] * 1e3:.2f} ms"
-                )
-            else:
-                out.print(f"short transfers: {sh['completed']}/{sh['started']} completed")
-    out.print(f"run folder: {run_dir}")
-
-
 @main.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
@@ -409,6 +392,7 @@ def report(
     With --expect FILE, evaluate the checks in FILE on one RUN folder instead."""
     from testbed import aggregate as ag
     from testbed import report as rp
+    from testbed.runs import Run
 
     if expect_file is not None:
         _report_expect(runs, expect_file, junit)
@@ -419,7 +403,7 @@ def report(
     if len(runs) == 1 and ag.is_sweep(runs[0]):
         _report_sweep(runs[0], as_json, no_plots)
         return
-    loaded = [rp.Run(p) for p in runs]
+    loaded = [Run(p) for p in runs]
     data: dict[str, Any] = {"runs": [rp.describe_run(r) for r in loaded]}
     if len(loaded) > 1:
         data["comparison"] = rp.compare(loaded)
@@ -435,9 +419,9 @@ def report(
         return
     out = Console()
     for r in data["runs"]:
-        _print_run(out, r)
+        rp.print_run(out, r)
     if "comparison" in data:
-        _print_comparison(out, data["comparison"])
+        rp.print_comparison(out, data["comparison"], {n: k for n, k, _ in loaded[0].instances()})
     for p in plots:
         out.print(f"plot: {p}")
 
@@ -461,28 +445,38 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
     )
     t = Table(
         title="% change of the mean against the baseline, mean over seeds [min, max]; "
-        "flow-matched FCT change and censored flows (baseline/other) below"
+        "matched change (the same flows) and flows without a value (baseline/other) below"
     )
     for a in agg["axes"]:
         t.add_column(short_name(a))
     t.add_column(cmp["axis"])
     t.add_column("seeds", justify="right")
-    for col in ("small", "medium", "large", "iteration", "small flows"):
+    metrics = list(dict.fromkeys(m for c in agg["cells"] for m in c["change_pct"]))
+    for col in metrics:
         t.add_column(col, justify="right")
+    counted = [m for m in metrics if any(m in c["baseline_flows"] for c in agg["cells"])]
+    if counted:
+        t.add_column(f"{counted[0]} flows", justify="right")
     for c in agg["cells"]:
         ch, mc = c["change_pct"], c["matched_change_pct"]
-        t.add_row(
-            *(c["cell"][a] for a in agg["axes"]),
-            c[cmp["axis"]],
-            str(len(c["seeds"])),
-            *(
-                f"{_spread_text(ch[m])}\n{_spread_text(mc[m])} ({c['censored'][m]['baseline']}/"
-                f"{c['censored'][m]['run']})"
-                for m in ("small", "medium", "large")
-            ),
-            _spread_text(ch["iteration"]),
-            str(c["baseline_flows"]["small"]),
-        )
+
+        def text(
+            m: str, ch: dict[str, Any] = ch, mc: dict[str, Any] = mc, c: dict[str, Any] = c
+        ) -> str:
+            if m not in ch:
+                return "–"
+            if m not in mc:
+                return _spread_text(ch[m])
+            cens = c["censored"][m]
+            return (
+                f"{_spread_text(ch[m])}\n{_spread_text(mc[m])} ({cens['baseline']}/{cens['run']})"
+            )
+
+        row = [*(c["cell"][a] for a in agg["axes"]), c[cmp["axis"]], str(len(c["seeds"]))]
+        row += [text(m) for m in metrics]
+        if counted:
+            row.append(str(c["baseline_flows"].get(counted[0], "–")))
+        t.add_row(*row)
     out.print(t)
     for p in agg["plots"]:
         out.print(f"plot: {p}")
@@ -491,111 +485,13 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
 
 
 def _spread_text(s: dict[str, Any]) -> str:
-    from testbed.report import fmt_pct
+    from testbed.runs import fmt_pct
 
     if s["mean"] is None:
         return "–"
     if s["n"] == 1:
         return fmt_pct(s["mean"])
     return f"{fmt_pct(s['mean'])} [{s['min']:+.0f}, {s['max']:+.0f}]"
-
-
-def _print_run(out: Console, r: dict[str, Any]) -> None:
-    from testbed.report import fmt_ms
-
-    out.rule(f"{r['run']}  ({r['scenario']}, run {r['run_id']}, seed {r['seed']}, {r['status']})")
-    h = r.get("horovod")
-    if h:
-        it = h["iteration_time_s"]
-        pred = h.get("predicted_iteration_s")
-        vs = ""
-        if pred and it["mean"]:
-            vs = f"; predicted {fmt_ms(pred)} ms alone on the links ({(it['mean'] / pred - 1) * 100:+.1f}%)"
-        out.print(
-            f"Horovod: {h['workers']} workers, {h['iterations']} iterations, class {h['class']}; "
-            f"iteration time mean {fmt_ms(it['mean'])} ms, p50 {fmt_ms(it['p50'])} ms, "
-            f"p99 {fmt_ms(it['p99'])} ms{vs}"
-        )
-    w = r.get("websearch")
-    if w:
-        t = Table(
-            title=f"web-search flows started inside the measured window: {w['flows_measured']}, "
-            f"of which censored (unfinished at the drain limit): {w['censored']}; class {w['class']}"
-        )
-        for col in ("size class", "completed", "censored", "FCT mean (ms)", "p50 (ms)", "p99 (ms)"):
-            t.add_column(col, justify="right")
-        for cls, st in w["fct_s"].items():
-            t.add_row(
-                cls,
-                str(st["count"]),
-                str(st.get("censored", "–")),
-                fmt_ms(st["mean"]),
-                fmt_ms(st["p50"]),
-                fmt_ms(st["p99"]),
-            )
-        out.print(t)
-    util = r.get("utilization") or {}
-    if util:
-        t = Table(title="link utilisation (mean share of the link over the run window)")
-        t.add_column("direction")
-        classes = sorted({c for d in util.values() for c in d})
-        for c in classes:
-            t.add_column(c, justify="right")
-        for direction, per in util.items():
-            t.add_row(direction, *(f"{per.get(c, 0):.1%}" for c in classes))
-        out.print(t)
-
-
-def _print_comparison(out: Console, cmp: dict[str, Any]) -> None:
-    from testbed.report import CLASSES, fmt_pct
-
-    t = Table(
-        title=f"change of the mean against the baseline {cmp['baseline']} "
-        "(censored flows, baseline/run, in brackets)"
-    )
-    t.add_column("run")
-    for c in CLASSES:
-        t.add_column(f"FCT {c}", justify="right")
-    t.add_column("iteration time", justify="right")
-    for e in cmp["runs"]:
-        fct = e.get("fct_mean_change_pct") or {}
-        cens = e.get("censored") or {}
-        t.add_row(
-            e["run"],
-            *(f"{fmt_pct(fct.get(c))} {_censored(cens.get(c))}" for c in CLASSES),
-            fmt_pct(e.get("iteration_time_mean_change_pct")),
-        )
-    out.print(t)
-    for e in cmp["runs"]:
-        pf = e.get("per_flow")
-        if not pf:
-            continue
-        t = Table(title=f"same seed, flow by flow: {e['run']} against the baseline")
-        cols = (
-            "size class",
-            "matched flows",
-            "censored (base/run)",
-            "mean change",
-            "median change",
-            "faster",
-        )
-        for col in cols:
-            t.add_column(col, justify="right")
-        for c in CLASSES:
-            st = pf[c]
-            t.add_row(
-                c,
-                str(st["matched"]),
-                _censored(st.get("censored")),
-                fmt_pct(st["mean_change_pct"]),
-                fmt_pct(st["median_change_pct"]),
-                f"{st['faster']}/{st['matched']}",
-            )
-        out.print(t)
-
-
-def _censored(c: dict[str, int] | None) -> str:
-    return "" if not c else f"({c['baseline']}/{c['run']})"
 
 
 class _PointUI:
@@ -775,7 +671,9 @@ def down(force: bool) -> None:
     testbed's labels and names for a run that is not alive. Idempotent."""
     from testbed.namespaces import NETNS_DIR
     from testbed.preflight import require_root
-    from testbed.runtime.base import teardown
+    from testbed.runtime import registry as runtimes
+
+    teardown = runtimes.teardown
     from testbed.state import RunLock, RunState, all_states
 
     require_root("testbed down")
@@ -830,19 +728,18 @@ def down(force: bool) -> None:
             )
         finally:
             lock.release(unlink=not st.path.exists())
-    # Containers carry their run id: a run whose state file is gone still has its containers
-    # found (and only those labelled by testbed).
-    if os.environ.get("DOCKER_HOST") or os.path.exists("/var/run/docker.sock"):
-        from testbed.runtime.docker import orphans, remove_orphans
-
-        for rid, names in orphans().items():
-            problems = remove_orphans(rid)
+    # What a runtime finds by its own labels (containers carry their run id): a run whose
+    # state file is gone still has those found, and only those testbed labelled.
+    for kind in runtimes.RUNTIMES.values():
+        for rid, names in kind.orphans().items():
+            problems = kind.remove_orphans(rid)
             for p in problems:
                 click.echo(f"run {rid}: {p}", err=True)
             failed = failed or bool(problems)
             cleaned += not problems
             click.echo(
-                f"removed {len(names)} container(s) of run {rid} found by label: {' '.join(sorted(names))}"
+                f"removed {len(names)} {kind.name} object(s) of run {rid} found by label: "
+                f"{' '.join(sorted(names))}"
             )
     recorded = {ns for st in all_states() for ns in st.namespaces()}
     pattern = re.compile(r"^tb-[0-9a-f]{6}-(sw|h\d+|probe)$")

@@ -16,10 +16,11 @@ Not dilated: the kernel's own clocks. TCP's minimum RTO (200 ms) and delayed-ACK
 Prometheus scrapes and stores on the real clock; the measured window's edges, setup and
 teardown are real seconds.
 
-`wall_scenario` is the scenario the machine runs; `scenario_summary` and `scenario_records`
-turn what it measured back into the scenario's own time: durations divided by K, rates
-multiplied by K. The raw records keep both clocks (a `*_wall_s` column beside each duration),
-the summary says `time_scale` and keeps the real durations under `wall`.
+`wall_overrides` turn a scenario into the one the machine runs (resolve.wall_scenario);
+`scenario_summary` and `scenario_records` turn what it measured back into the scenario's own
+time: durations divided by K, rates multiplied by K. The raw records keep both clocks (a
+`*_wall_s` column beside each duration), the summary says `time_scale` and keeps the real
+durations under `wall`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import copy
 import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from testbed.expect import CLASS
+from testbed.workloads import kinds
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
@@ -41,7 +45,8 @@ RECORD_DURATIONS = {
 
 
 def wall_overrides(s: Scenario) -> dict[str, Any]:
-    """The dotted-path values that turn `s` into the scenario the machine runs (K = 1: none)."""
+    """The dotted-path values that turn `s` into the scenario the machine runs (K = 1: none):
+    the run's own clocks and rates here, each workload instance's from its kind."""
     k = s.time_scale
     if k == 1:
         return {}
@@ -58,23 +63,14 @@ def wall_overrides(s: Scenario) -> dict[str, Any]:
     }
     if t.fabric_rate is not None:
         out["topology.fabric_rate"] = round(t.fabric_rate / k)
-    wl = s.workloads
-    if wl.horovod is not None:
-        # the derived compute (from R, a profile or the default) made explicit, then dilated;
-        # giving compute_time drops the ratio it came from (scenario.EXCLUSIVE)
-        out["workloads.horovod.compute_time"] = wl.horovod.d.compute_time * k
-        out["workloads.horovod.cycle_time"] = wl.horovod.cycle_time * k
-    if wl.websearch is not None:
-        out["workloads.websearch.arrival_rate"] = wl.websearch.d.arrival_rate / k
-    if wl.linkcheck is not None:
-        out["workloads.linkcheck.short_interval"] = wl.linkcheck.short_interval * k
+    for name, w in s.workloads.items():
+        out[f"workloads.{name}.start"] = w.start * k
+        if w.stop is not None:
+            out[f"workloads.{name}.stop"] = w.stop * k
+        dilate = kinds.get(w.kind).dilate
+        for field, value in (dilate(w, k) if dilate else {}).items():
+            out[f"workloads.{name}.{field}"] = value
     return out
-
-
-def wall_scenario(s: Scenario) -> Scenario:
-    """The scenario in wall-clock units (itself when K = 1); names, seeds, prefixes kept."""
-    over = wall_overrides(s)
-    return s.with_overrides(over, source=f"{s.name} (time_scale {s.time_scale:g})") if over else s
 
 
 def wall_duration(s: Scenario) -> float:
@@ -82,22 +78,33 @@ def wall_duration(s: Scenario) -> float:
     return s.duration * s.time_scale
 
 
-def _div(d: dict[str, Any], keys: tuple[str, ...], k: float) -> None:
-    for key in keys:
-        if isinstance(d.get(key), (int, float)):
-            d[key] = d[key] / k
+def _convert(node: Any, shape: Any, k: float) -> Any:
+    """`node` with every number the template `shape` calls s divided by K, bps or hz times K."""
+    if isinstance(shape, str):
+        if isinstance(node, (int, float)) and not isinstance(node, bool):
+            if shape == "s":
+                return node / k
+            if shape in ("bps", "hz"):
+                return node * k
+        return node
+    if isinstance(shape, list) and isinstance(node, list):
+        return [_convert(x, shape[0], k) for x in node]
+    if isinstance(shape, dict) and isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            sub = shape.get(key, shape.get(CLASS, shape.get("*")))
+            out[key] = value if sub is None else _convert(value, sub, k)
+        return out
+    return node
 
 
-def _mul(d: dict[str, Any], keys: tuple[str, ...], k: float) -> None:
-    for key in keys:
-        if isinstance(d.get(key), (int, float)):
-            d[key] = d[key] * k
-
-
-def scenario_summary(summary: dict[str, Any], k: float) -> dict[str, Any]:
-    """A run's summary (measured on the wall clock) in the scenario's own time: durations / K,
-    rates × K. Counts, bytes, ratios and the machine's own figures (setup, teardown, drain,
-    host_cpu, the window's wall-clock edges) are left as they are."""
+def scenario_summary(
+    summary: dict[str, Any], k: float, templates: dict[str, Any]
+) -> dict[str, Any]:
+    """A run's summary (measured on the wall clock) in the scenario's own time: every number
+    its template (`templates`: section → shape, expect.template_for) calls a duration divided
+    by K, every rate multiplied by K. Counts, bytes, ratios and the machine's own figures
+    (setup, teardown, drain, host_cpu, the window's wall-clock edges) are left as they are."""
     out = copy.deepcopy(summary)
     out["time_scale"] = k
     if k == 1:
@@ -109,29 +116,9 @@ def scenario_summary(summary: dict[str, Any], k: float) -> dict[str, Any]:
             key: window.get(key) for key in ("warmup_s", "cooldown_s", "span_s", "drain_limit_s")
         },
     }
-    _div(out, ("duration_s",), k)
-    _div(window, ("warmup_s", "cooldown_s", "span_s", "drain_limit_s"), k)
-    for link in out.get("links") or []:
-        _mul(link, ("rate_bps",), k)
-        for c in link.get("classes", {}).values():
-            _mul(c, ("rate_bps",), k)
-    h = out.get("horovod")
-    if h:
-        _div(h.get("iteration_time_s") or {}, ("mean", "p50", "p99"), k)
-        _div(h, ("compute_time_s", "compute_s_mean", "wait_s_mean"), k)
-    w = out.get("websearch")
-    if w:
-        _mul(w.get("arrival_rate_per_host") or {}, ("configured", "achieved"), k)
-        for stats in (w.get("fct_s") or {}).values():
-            _div(stats, ("mean", "p50", "p99"), k)
-        _div(w.get("start_lag_s") or {}, ("mean", "p99", "max"), k)
-    lc = out.get("linkcheck")
-    if lc:
-        _mul(lc, ("link_rate_bps",), k)
-        lc["window_s"] = [x / k for x in lc.get("window_s") or []]
-        for f in lc.get("bulk") or []:
-            _mul(f, ("goodput_bps",), k)
-        _div((lc.get("short") or {}).get("fct_s") or {}, ("mean", "p50", "p99"), k)
+    for key, shape in templates.items():
+        if key in out and key != "time_scale":
+            out[key] = _convert(out[key], shape, k)
     return out
 
 

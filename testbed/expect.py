@@ -9,11 +9,12 @@ A check is `PATH OP VALUE`. PATH names a number in summary.json; `*` stands for 
 element or every key at that level, and the check must hold for each. OP is one of
 < <= > >= == !=. VALUE is a number with the unit of the metric's kind (20ms, 1.5MB, 900mbit,
 12.5%), or `FACTOR * REF`, where REF is another PATH or `predicted` (the thesis model's
-iteration time for the scenario, `testbed predict`).
+iteration time of that instance, `testbed predict`).
 
 Paths are checked against what the scenario will report before anything is created: the
-sections of its workloads, the classes of its tc profile. `TEMPLATE` below lists every number
-a summary holds; tests/integration/test_expect.py compares it with real summaries, so it cannot
+sections of its workload instances (named as in `workloads:`), the classes of its tc profile.
+`CORE` below and each kind's `summary` (workloads/registry.py) list every number a summary
+holds; tests/integration/test_expect.py compares them with real summaries, so they cannot
 drift from what the workloads write. A hand-written grammar: no library evaluates dotted paths
 with wildcards and units, and `eval` of user text is not an option.
 """
@@ -35,17 +36,17 @@ from testbed.units import (
     parse_size,
 )
 
-# the kind of each number: s (seconds), B (bytes), bps (bits/s), pct (0-100), 1 (plain)
-_STATS = {"count": "1", "mean": "s", "p50": "s", "p99": "s", "max": "s"}
-_FCT = {"count": "1", "censored": "1", "failed": "1", "mean": "s", "p50": "s", "p99": "s"}
+# The kind of each number (workloads/registry.py lists them): s (seconds of scenario time),
+# wall (seconds of this machine's clock), B (bytes), bps (bits/s), hz (per second), pct
+# (0-100), 1 (plain). The sections of workload instances come from their kinds.
 CLASS = "<class>"  # the scenario's tc profile classes
-TEMPLATE: dict[str, Any] = {
+CORE: dict[str, Any] = {
     "duration_s": "s",
     "time_scale": "1",
-    "drain_s": "s",
-    "teardown_s": "s",
-    "setup_s": {"build": "s", "shape": "s", "workloads_ready": "s"},
-    "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s", "edges_late_s": ["s"]},
+    "drain_s": "wall",
+    "teardown_s": "wall",
+    "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
+    "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s", "edges_late_s": ["wall"]},
     "host_cpu": {"cores": "1", "busy": "1", "steal": "1"},
     "links": [
         {
@@ -53,42 +54,6 @@ TEMPLATE: dict[str, Any] = {
             "classes": {CLASS: {"bytes": "B", "packets": "1", "drops": "1", "rate_bps": "bps"}},
         }
     ],
-    "horovod": {
-        "workers": "1",
-        "iterations": "1",
-        "iterations_per_worker": {"*": "1"},
-        "iterations_measured": "1",
-        "iteration_time_s": {k: "s" for k in ("mean", "p50", "p99")},
-        "compute_time_s": "s",
-        "compute_to_network_ratio": "1",
-        "bytes_per_iteration": "B",
-        "compute_s_mean": "s",
-        "wait_s_mean": "s",
-        "min_iteration_over_compute": "1",
-        "dscp": "1",
-    },
-    "websearch": {
-        "hosts": "1",
-        "flows_started": "1",
-        "flows_completed": "1",
-        "flows_measured": "1",
-        "censored": "1",
-        "failed": "1",
-        "arrival_rate_per_host": {"configured": "1", "achieved": "1"},
-        "utilization_pct": {"configured": "pct", "offered": "pct"},
-        "mean_flow_size": "B",
-        "fct_s": {c: _FCT for c in ("small", "medium", "large", "all")},
-        "start_lag_s": {"mean": "s", "p99": "s", "max": "s"},
-        "max_flow_rate_over_link": "1",
-        "flows_over_link_rate": "1",
-        "dscp": "1",
-    },
-    "linkcheck": {
-        "window_s": ["s"],
-        "link_rate_bps": "bps",
-        "bulk": [{"dscp": "1", "bytes": "B", "goodput_bps": "bps"}],
-        "short": {"size_bytes": "B", "started": "1", "completed": "1", "fct_s": _STATS},
-    },
 }
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
@@ -98,10 +63,13 @@ _CHECK = re.compile(r"^\s*(?P<path>[A-Za-z0-9_.*-]+)\s*(?P<op><=|>=|==|!=|<|>)\s
 _SCALED = re.compile(r"^(?:(?P<factor>[0-9.eE+-]+)\s*\*\s*)?(?P<ref>[A-Za-z_][A-Za-z0-9_.*-]*)$")
 _PARSE: dict[str, Callable[[str], float]] = {
     "s": parse_duration,
+    "wall": parse_duration,
     "B": lambda t: float(parse_size(t)),
     "bps": lambda t: float(parse_rate(t)),
 }
-_UNIT_HINT = {"s": "e.g. 20ms", "B": "e.g. 1.5MB", "bps": "e.g. 900mbit", "pct": "e.g. 12.5%"}
+_UNIT_HINT = {
+    "s": "e.g. 20ms", "wall": "e.g. 2s", "B": "e.g. 1.5MB", "bps": "e.g. 900mbit", "pct": "e.g. 12.5%",
+}  # fmt: skip
 
 
 class ExpectError(ValueError):
@@ -148,7 +116,7 @@ class Outcome:
 def fmt(v: float | None, kind: str) -> str:
     if v is None:
         return "none"
-    if kind == "s":
+    if kind in ("s", "wall"):
         return format_duration(v)
     if kind == "B":
         return format_size(round(v))
@@ -191,17 +159,35 @@ def kind_of(path: str, template: dict[str, Any], classes: list[str]) -> str:
     return node
 
 
-def template_for(workloads: list[str]) -> dict[str, Any]:
-    """The summary's shape for a scenario with these workloads (the others' sections absent)."""
-    sections = ("horovod", "websearch", "linkcheck")
-    return {k: v for k, v in TEMPLATE.items() if k not in sections or k in workloads}
+def template_for(s: Any) -> dict[str, Any]:
+    """The summary's shape for scenario `s`: the run's own sections, and one per workload
+    instance, its kind's."""
+    from testbed.workloads import kinds
+
+    return {**CORE, **{name: kinds.get(w.kind).summary for name, w in s.workloads.items()}}
 
 
-def parse(
-    texts: list[str], workloads: list[str], classes: list[str], has_prediction: bool
-) -> list[Check]:
+def predictable(s: Any) -> dict[str, str]:
+    """Instance name → why its time cannot be predicted ("" when it can)."""
+    from testbed.workloads import kinds
+
+    out = {}
+    for name, w in s.workloads.items():
+        kind = kinds.get(w.kind)
+        if kind.predict is None:
+            out[name] = f"{name} ({w.kind}) has no model to predict it"
+        elif kind.predictable is not None and not kind.predictable(w):
+            out[name] = f"{name}: the model predicts synthetic jobs (it knows their layers)"
+        else:
+            out[name] = ""
+    return out
+
+
+def parse(texts: list[str], s: Any) -> list[Check]:
     """Checks from the scenario's `expect:` list; ExpectError names `expect[i]` and the fix."""
-    template = template_for(workloads)
+    template = template_for(s)
+    classes = s.tc_profile.class_names
+    why_not = predictable(s)
     out = []
     for i, text in enumerate(texts):
         if not isinstance(text, str):
@@ -222,18 +208,15 @@ def parse(
         if scaled and not re.match(r"^[0-9.]", scaled["ref"]):
             ref, factor = scaled["ref"], float(scaled["factor"] or 1.0)
             if ref == "predicted":
-                if path.split(".")[0] != "horovod" or kind != "s":
+                instance = path.split(".")[0]
+                if instance not in why_not or kind != "s":
                     raise ExpectError(
                         i,
-                        "'predicted' is the model's iteration time: compare a "
-                        "horovod time with it, e.g. horovod.iteration_time_s.mean",
+                        "'predicted' is the model's iteration time: compare a training "
+                        "instance's time with it, e.g. horovod.iteration_time_s.mean",
                     )
-                if not has_prediction:
-                    raise ExpectError(
-                        i,
-                        "'predicted' needs a synthetic Horovod job (the model "
-                        "knows its layers); compare with a number instead",
-                    )
+                if why_not[instance]:
+                    raise ExpectError(i, f"'predicted': {why_not[instance]}; compare with a number")
             else:
                 if "*" in ref:
                     raise ExpectError(i, f"{ref}: a reference names one value, no '*'")
@@ -303,8 +286,9 @@ def _label(x: Any, i: int) -> str:
 
 
 def evaluate(
-    checks: list[Check], summary: dict[str, Any], predicted: float | None
+    checks: list[Check], summary: dict[str, Any], predicted: dict[str, float | None]
 ) -> list[Outcome]:
+    """`predicted`: the model's iteration time of each instance that has one."""
     out = []
     for c in checks:
         found = list(matches(summary, c.path))
@@ -312,7 +296,8 @@ def evaluate(
         if c.ref is None:
             limit = c.value
         elif c.ref == "predicted":
-            limit = None if predicted is None else c.factor * predicted
+            mine = predicted.get(c.path.split(".")[0])
+            limit = None if mine is None else c.factor * mine
         else:
             refs = [v for _, v in matches(summary, c.ref)]
             limit = (
@@ -348,14 +333,18 @@ def junit(outcomes: list[Outcome], suite: str, run_dir: str) -> bytes:
 
 
 def verdict(s: Any, summary: dict[str, Any]) -> list[Outcome]:
-    """The scenario's checks evaluated on a summary, `predicted` from the thesis model."""
-    predicted = None
-    h = s.workloads.horovod
-    if h is not None and h.mode == "synthetic" and any(c.ref == "predicted" for c in s.checks()):
-        from testbed.workloads.training import predict
+    """The scenario's checks evaluated on a summary, `predicted` from each instance's model."""
+    from testbed.workloads import kinds
+    from testbed.workloads.registry import load
 
-        predicted = predict.for_scenario(s)["iteration_s"]
-    return evaluate(s.checks(), summary, predicted)
+    checks = parse(s.expect, s)
+    wanted = {c.path.split(".")[0] for c in checks if c.ref == "predicted"}
+    predicted: dict[str, float | None] = {}
+    for name in wanted:
+        kind = kinds.get(s.workloads[name].kind)
+        assert kind.predict is not None
+        predicted[name] = load(kind.predict)(name, s)["iteration_s"]
+    return evaluate(checks, summary, predicted)
 
 
 def to_json(outcomes: list[Outcome]) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
     if (st.pid, st.pid_start) != (pid, pid_start):
         lock.release()  # the id names a later run now; not ours
         return 0
-    from testbed.runtime.base import teardown
+    from testbed.runtime.registry import teardown
 
     phase = st.phase
     st.set_phase("torn down by its guardian")

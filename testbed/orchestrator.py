@@ -21,11 +21,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed import dilation, hostcpu, preflight
+from testbed import dilation, expect, hostcpu, preflight
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.metrics.session import MetricsSession
 from testbed.namespaces import NETNS_DIR
-from testbed.runtime.base import Runtime, make_runtime, teardown
+from testbed.resolve import wall_scenario
+from testbed.runtime import registry as runtimes
+from testbed.runtime.base import Runtime
 from testbed.scenario import Scenario, dump_scenario
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
@@ -34,6 +36,9 @@ from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, si
 from testbed.topology import TopologyPlan, build_plan, names_for, new_run_id, valid_run_id
 from testbed.units import format_rate
 from testbed.window import Window
+from testbed.workloads import kinds
+from testbed.workloads.controller import Context
+from testbed.workloads.registry import load
 
 log = logging.getLogger("testbed")
 START_MARGIN_S = 0.25  # between "go" and t0: every waiting process polls its go file at 100 Hz
@@ -42,9 +47,11 @@ POLL_S = 0.5
 
 
 class Workload(Protocol):
-    """What the orchestrator needs of a workload controller."""
+    """What the orchestrator needs of a workload instance's controller
+    (workloads/controller.py writes the life cycle once for every kind)."""
 
-    name: str
+    name: str  # the instance's, as in `workloads:`
+    kind: str
 
     def targets(self) -> list[str]: ...  # its exporters' management addresses (ADDR:PORT)
     def launch(self) -> None: ...  # start the node processes; they initialise, then wait
@@ -55,6 +62,8 @@ class Workload(Protocol):
     def progress(self) -> str: ...  # a few words for the live display ("12 iterations")
     def check(self) -> None: ...  # raise RunFailure if a process died before its time
     def collect(self) -> dict[str, Any]: ...  # after the run: stop, merge records, summarise
+    def warnings(self, section: dict[str, Any]) -> list[str]: ...  # what its section says is off
+    def metric_queries(self, section: dict[str, Any]) -> list[tuple[str, str, str, Any]]: ...
     def stop(self) -> None: ...  # idempotent; on any exit path
 
 
@@ -126,7 +135,7 @@ class Claim:
         when nothing is left, then the lock; the guardian, finding no state, exits."""
         st = self.state
         if st.path.exists():
-            problems = teardown(st) if st.objects else []
+            problems = runtimes.teardown(st) if st.objects else []
             if problems:
                 for p in problems:
                     log.error("teardown: %s", p)
@@ -206,7 +215,7 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
     but the claim (state file, lock, guardian) exists afterwards; `Claim.release` ends it."""
     preflight.require_root("testbed up")
     preflight.require_binaries(s)
-    preflight.check_gpus(s)
+    preflight.check_workloads(s)
     preflight.tcp_congestion(s)
     if run_id is not None and not valid_run_id(run_id):
         raise ScenarioError(f"--run-id: {run_id!r} must be 6 lowercase hex digits, e.g. 3fa9c1")
@@ -239,14 +248,19 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
     same when time_scale is 1) and the summary and records come back in scenario time."""
     state, run_id, run_dir = c.state, c.state.run_id, c.run_dir
     k = s.time_scale
-    wall = dilation.wall_scenario(s)
-    image = node_image(wall, run_id, ui)
+    wall = wall_scenario(s)
+
+    def progress(line: str) -> None:
+        checkpoint()  # building a node image takes minutes: Ctrl-C must not wait for it
+        ui.phase(line)
+
+    prepared = runtimes.get(s.runtime).prepare(wall, run_id, progress)
     stop.check()
     ui.phase("probing kernel")
     state.set_phase("probing kernel")
     caps = preflight.kernel_capabilities(state)
     stop.check()
-    warnings: list[str] = preflight.check_gpus(s)
+    warnings: list[str] = preflight.check_workloads(s)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.yaml").write_text(dump_scenario(s))
     handler = _attach_log(run_dir)
@@ -262,7 +276,7 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
     status, error = "ok", None
     try:
         result.summary = _live(
-            wall, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, image, hold, k
+            wall, run_id, run_dir, state, caps.has("netem"), ui, warnings, stop, prepared, hold, k
         )
     except Interrupted as e:
         status, error = "interrupted", f"stopped by {e.signame}"
@@ -278,7 +292,7 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
             ui.phase("tearing down")
             state.set_phase("tearing down")
             t0 = time.monotonic()
-            problems = teardown(state)
+            problems = runtimes.teardown(state)
             t_teardown = time.monotonic() - t0
             if problems:
                 for p in problems:
@@ -291,7 +305,7 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
                 "" if not problems else " (incomplete)",
             )
     if result.summary:
-        summary = dilation.scenario_summary(result.summary, k)
+        summary = dilation.scenario_summary(result.summary, k, expect.template_for(s))
         dilation.scenario_records(run_dir, k)
     else:
         summary = {
@@ -331,7 +345,7 @@ def _live(
     """One run of `s` in wall-clock units; `time_scale` is what the node programs and the
     exporters need to report their durations and rates in scenario time."""
     topo = build_plan(s, run_id)
-    rt = make_runtime(s, topo, state, run_dir, image)
+    rt = runtimes.get(s.runtime).create(topo, state, s, run_dir, image, _devices(s))
     workloads: list[Workload] = []
     metrics: MetricsSession | None = None
     try:
@@ -380,7 +394,7 @@ def _live(
         workloads = make_workloads(s, topo, rt, run_dir, time_scale)
         ui.phase("starting metrics" if metrics.enabled else "starting workloads")
         state.set_phase("starting workloads")
-        metrics.start({w.name: w.targets() for w in workloads}, state.record)
+        metrics.start({w.name: (w.kind, w.targets()) for w in workloads}, state.record)
         stop.check()
         held: dict[str, Any] | None = None
         sections: dict[str, Any] = {}
@@ -448,11 +462,17 @@ def _live(
                         "workloads_ready": round(t_ready, 3)},
             "drain_s": round(t_drain, 3),
             "links": _links(plans, final, *snaps),
+            "workloads": {w.name: w.kind for w in workloads},
             **sections,
         }  # fmt: skip
-        summary["metrics"] = metrics.section(summary)
-        _physics_warnings(summary, warnings)
-        _schedule_warnings(summary, warnings)
+        queries = [q for w in workloads for q in w.metric_queries(sections[w.name])]
+        summary["metrics"] = metrics.section(summary, queries)
+        # what a workload measured that no real network can do, or that its clock could not
+        # keep (workloads judge their own sections)
+        for w in workloads:
+            for msg in w.warnings(sections[w.name]):
+                warnings.append(msg)
+                log.warning(msg)
         if hold is not None and held is None:
             held = _hold(hold, run_id, topo, state, ui, stop, rt, metrics, plans)
         if held is not None:
@@ -472,47 +492,6 @@ def _live(
             log.exception("stopping metrics failed")
         finally:
             rt.close()
-
-
-def _schedule_warnings(summary: dict[str, Any], warnings: list[str]) -> None:
-    """A workload whose clock fell behind its schedule measured a different experiment: the
-    machine could not keep up (with a large time_scale, or too many hosts for its cores).
-    Judged on the wall clock, where the schedule lives."""
-    h = summary.get("horovod") or {}
-    asked, got = h.get("compute_time_s"), h.get("compute_s_mean")
-    if asked and got and got > 1.05 * asked:
-        msg = (
-            f"the training's emulated compute took {got / asked - 1:.0%} longer than asked "
-            f"({got:.3g} s for {asked:.3g} s per iteration on this machine's clock): the machine "
-            "could not keep the workload's clock (fewer hosts or a lower time_scale need less)"
-        )
-        warnings.append(msg)
-        log.warning(msg)
-    ws = summary.get("websearch") or {}
-    lag = (ws.get("start_lag_s") or {}).get("p99")
-    rate = (ws.get("arrival_rate_per_host") or {}).get("configured")
-    if lag is not None and rate and lag > 0.1 / rate:
-        msg = (
-            f"web-search flows started late: 1 % of them more than {lag * 1e3:.1f} ms after their "
-            f"Poisson arrival time, over a tenth of the mean gap between arrivals "
-            f"({1e3 / rate:.1f} ms, this machine's clock); the machine could not keep the load's "
-            "clock"
-        )
-        warnings.append(msg)
-        log.warning(msg)
-
-
-def _physics_warnings(summary: dict[str, Any], warnings: list[str]) -> None:
-    """What no real network can do is said out loud, not only counted in the summary."""
-    ws = summary.get("websearch") or {}
-    if ws.get("flows_over_link_rate"):
-        msg = (
-            f"{ws['flows_over_link_rate']} web-search flow(s) moved their bytes faster than "
-            f"their link (fastest {ws['max_flow_rate_over_link']:.2f}x the link rate): their "
-            "FCTs are shorter than the link allows (a large topology.mtu on a slow link does this)"
-        )
-        warnings.append(msg)
-        log.warning(msg)
 
 
 def _hold(
@@ -552,45 +531,6 @@ def _hold(
     took = time.monotonic() - t0
     log.info("hold of run %s ended after %.1f s (%s)", run_id, took, ended)
     return {"held_s": round(took, 3), "ended_by": ended}
-
-
-def node_image(s: Scenario, run_id: str, ui: UI) -> str | None:
-    """The docker runtime's node image, built first when missing (and allowed); None for
-    netns. Runs before anything of the run exists: a failure here leaves nothing behind."""
-    if s.runtime != "docker":
-        return None
-    assert s.docker is not None
-    import docker
-
-    from testbed.images import ensure_node_image
-    from testbed.runtime.docker import client
-
-    engine = client()
-    try:
-        clash = engine.containers.list(all=True, filters={"name": f"^tb-{run_id}-"})
-        if clash:
-            raise ScenarioError(
-                f"--run-id: containers of run {run_id} exist ({', '.join(c.name for c in clash)}); "
-                "pick another id, or run `testbed down` if that run is dead"
-            )
-        if s.docker.image is not None:
-            try:
-                engine.images.get(s.docker.image)
-            except docker.errors.DockerException as e:
-                raise ScenarioError(
-                    f"docker.image: {s.docker.image!r} is not usable on this engine "
-                    f"({type(e).__name__}); build or load it, or leave docker.image out to use "
-                    "testbed's node image"
-                ) from None
-            return s.docker.image
-
-        def progress(line: str) -> None:
-            checkpoint()  # a build takes minutes: Ctrl-C must not wait for it
-            ui.phase(line)
-
-        return ensure_node_image(engine, build=s.docker.build, progress=progress)
-    finally:
-        engine.close()
 
 
 def _wait_ready(
@@ -706,26 +646,26 @@ def _drain(
 def make_workloads(
     s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path, time_scale: float = 1.0
 ) -> list[Workload]:
-    """The scenario's workload controllers; each kind's module is imported only when used.
-    `time_scale`: what their node programs divide durations by for Prometheus."""
+    """A controller per workload instance, from its kind (workloads/kinds.py); a kind's
+    controller module is imported only when a run uses it."""
     out: list[Workload] = []
-    wl = s.workloads
-    if wl.linkcheck is not None:
-        from testbed.workloads.linkcheck.controller import Linkcheck
+    for ordinal, (name, cfg) in enumerate(s.workloads.items()):
+        ctx = Context(s, topo, rt, run_dir, time_scale, ordinal)
+        out.append(load(kinds.get(cfg.kind).controller)(name, cfg, ctx))
+    return out
 
-        out.append(Linkcheck(wl.linkcheck, s, topo, rt, run_dir))
-    if wl.horovod is not None:
-        if wl.horovod.backend == "torch-ddp":
-            from testbed.workloads.training.ddp import DdpJob as job
-        else:
-            from testbed.workloads.training.horovod import HorovodJob as job
-        out.append(job(wl.horovod, s, topo, rt, run_dir))
-    if wl.websearch is not None:
-        from testbed.workloads.websearch.controller import Websearch
 
-        out.append(Websearch(wl.websearch, s, topo, rt, run_dir))
-    for w in out:
-        w.time_scale = time_scale
+def _devices(s: Scenario) -> dict[str, list[int]]:
+    """The GPUs each host's node is given: those of the instances that ask for any."""
+    out: dict[str, list[int]] = {}
+    for cfg in s.workloads.values():
+        hook = kinds.get(cfg.kind).devices
+        if hook is None:
+            continue
+        hosts = cfg.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
+        for host, devs in load(hook)(cfg, hosts).items():
+            out.setdefault(host, [])
+            out[host] += [d for d in devs if d not in out[host]]
     return out
 
 

@@ -22,6 +22,7 @@ from testbed.state import STATE_DIR, RunState, all_states
 
 log = logging.getLogger(__name__)
 
+PACKAGES = {"iptables": "iptables", "nsenter": "util-linux", "setpriv": "util-linux"}
 BINARIES = {
     "nsenter": "util-linux (apt-get install util-linux)",
     "setpriv": "util-linux (apt-get install util-linux)",
@@ -38,9 +39,12 @@ def require_root(action: str) -> None:
 def require_binaries(s: Scenario | None = None) -> None:
     """The host tools a run of `s` needs, refused before anything exists (the training's DSCP
     rule needs iptables: a missing one used to surface only once the network was built)."""
+    from testbed.workloads import kinds
+
     needed = dict(BINARIES)
-    if s is not None and s.workloads.horovod is not None:
-        needed["iptables"] = "iptables (apt-get install iptables)"
+    for w in s.workloads.values() if s is not None else []:
+        for b in kinds.get(w.kind).binaries:
+            needed[b] = f"{b} (apt-get install {PACKAGES.get(b, b)})"
     for name, pkg in needed.items():
         if shutil.which(name) is None:
             raise EnvironmentProblem(f"the {name} binary is missing; install {pkg}")
@@ -259,73 +263,15 @@ def torch_has_cuda() -> bool | None:
     )
 
 
-def check_gpus(s: Scenario) -> list[str]:
-    """Refuse GPU requests this machine cannot meet (exit 1, before anything exists); return
-    the warnings of those it meets differently (`gpus: auto` on a machine without GPUs)."""
-    w = s.workloads.horovod
-    if w is None or w.gpus is None:
-        return []
-    visible = visible_gpus()
-    if not visible:
-        if w.gpus == "auto":
-            return ["workloads.horovod.gpus: auto, but this machine shows no GPU; training runs "
-                    "on CPU (gloo)"]  # fmt: skip
-        raise EnvironmentProblem(
-            f"workloads.horovod.gpus: {w.gpus!r} asks for GPUs, but this machine shows none "
-            "(no /proc/driver/nvidia/gpus, no nvidia-smi); use gpus: auto or leave gpus out"
-        )
-    wanted = w.gpus if isinstance(w.gpus, list) else []
-    if isinstance(w.gpus, int) and w.gpus > len(visible):
-        raise EnvironmentProblem(
-            f"workloads.horovod.gpus: {w.gpus} per worker, but this machine shows "
-            f"{len(visible)}; ask for at most {len(visible)}"
-        )
-    missing = [g for g in wanted if g not in visible]
-    if missing:
-        raise EnvironmentProblem(
-            f"workloads.horovod.gpus: devices {missing} do not exist here (visible: {visible})"
-        )
-    from testbed.workloads.training.ddp import gpu_assignment
+def check_workloads(s: Scenario) -> list[str]:
+    """Each workload instance's own checks of this machine (a training job's GPUs), through
+    its kind; the warnings of requests met differently (`gpus: auto` without GPUs)."""
+    from testbed.workloads import kinds
+    from testbed.workloads.registry import load
 
-    workers = len(w.hosts) if w.hosts else s.topology.hosts
-    per_worker = gpu_assignment(w.gpus, visible, workers)
-    used = [g for d in per_worker for g in d]
-    warnings = []
-    if len(used) != len(set(used)):
-        # NCCL accepts it because each worker has its own NCCL_HOSTID (HorovodJob._device_env)
-        warnings.append(
-            f"workloads.horovod.gpus: {workers} workers share this machine's {len(visible)} "
-            "GPU(s) (NCCL allows it: each worker is a host of its own to NCCL); real-mode "
-            "compute on a shared GPU is slower than on one of its own"
-        )
-    if s.runtime == "docker" and not any(
-        shutil.which(b)
-        for b in ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-runtime")
-    ):
-        raise EnvironmentProblem(
-            "workloads.horovod.gpus with runtime: docker needs the NVIDIA container toolkit; "
-            "install it (apt-get install nvidia-container-toolkit), run `nvidia-ctk runtime "
-            "configure --runtime=docker` and restart dockerd"
-        )
-    if (s.runtime == "netns" or s.docker.image is None) and torch_has_cuda() is False:
-        # the default node image installs the host's own torch wheel, so one check covers both
-        raise EnvironmentProblem(
-            "workloads.horovod.gpus: the installed torch is a CPU-only build (no "
-            "libtorch_cuda); install a CUDA build into .venv (.venv/bin/pip install torch "
-            "--index-url https://download.pytorch.org/whl/cu130, the CUDA of your driver), "
-            "or leave gpus out"
-        )
-    if w.backend == "horovod":
-        if s.runtime == "docker" and s.docker.image is None:
-            raise EnvironmentProblem(
-                "workloads.horovod.gpus: the default node image's Horovod is built without "
-                "NCCL; build images/Dockerfile.gpu and name it in docker.image, or use "
-                "backend: torch-ddp"
-            )
-        if s.runtime == "netns" and not horovod_has_nccl():
-            raise EnvironmentProblem(
-                "workloads.horovod.gpus: the installed Horovod is built without NCCL (CPU "
-                "only); build the GPU wheel with `bash scripts/build-horovod.sh --gpu` and "
-                "install it into .venv, or use backend: torch-ddp"
-            )
+    warnings: list[str] = []
+    for name, w in s.workloads.items():
+        hook = kinds.get(w.kind).preflight
+        if hook is not None:
+            warnings += load(hook)(name, w, s)
     return warnings

@@ -1,7 +1,10 @@
-"""scenario.yaml: the pydantic models, unit parsing, and errors that name the YAML path.
+"""scenario.yaml's schema: the pydantic models and the one-line errors that name the YAML path.
 
-Loading resolves everything a run needs (the tc profile by name becomes the profile itself),
-so the `scenario.yaml` written into a run folder is complete on its own.
+This module validates: every field, its bounds, and what can be checked within the scenario
+(a tc profile by name becomes the profile itself; a workload instance is checked by its
+kind's own model). What needs more of testbed (derived values, prefixes that depend on the
+machine, expectations, time dilation) is the next step, testbed.resolve, which is also where
+scenarios are loaded from files.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
+    PlainValidator,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -25,73 +28,20 @@ from pydantic import (
     model_validator,
 )
 
+from testbed.addressing import data_addresses
 from testbed.errors import ScenarioError
-from testbed.shaping.profile import Dscp, TcProfile, load_profile_data
-from testbed.units import (
-    DURATION_PATTERN,
-    PERCENT_PATTERN,
-    RATE_PATTERN,
-    SIZE_PATTERN,
-    format_duration,
-    format_rate,
-    format_size,
-    parse_duration,
-    parse_percent,
-    parse_rate,
-    parse_size,
-)
+from testbed.fields import STRICT as _Strict
+from testbed.fields import Duration, FieldProblem, Percent, Rate, Size
+from testbed.fields import path as field_path
+from testbed.shaping.profile import TcProfile, load_profile_data
+from testbed.units import format_duration
 from testbed.window import Window
+from testbed.workloads.kinds import KINDS, get
 
-# Validation calls the unit parsers (testbed.units), the one source of truth; the JSON Schema
-# patterns are built from the parsers' own unit tables, so editors accept the same spellings.
+# Validation calls the unit parsers (testbed.units, through testbed.fields), the one source of
+# truth; the JSON Schema patterns are built from the parsers' own unit tables.
 TCP_RENO = "reno"  # the default: the kin of the thesis' ns-3 NewReno, and it fills its queue
 TCP_MACHINE = "machine"  # topology.tcp: keep this machine's default (new namespaces copy it)
-
-Rate = Annotated[
-    int,
-    BeforeValidator(parse_rate),
-    PlainSerializer(format_rate, return_type=str),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "number"}, {"type": "string", "pattern": RATE_PATTERN}],
-            "description": "bits per second; e.g. 100mbit, 10Gbit, 1.5gbit/s (units in any case)",
-        }
-    ),
-]
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "number"}, {"type": "string", "pattern": DURATION_PATTERN}],
-            "description": "seconds; e.g. 10us, 2ms, 60s, 2m (units in any case)",
-        }
-    ),
-]
-Size = Annotated[
-    int,
-    BeforeValidator(parse_size),
-    PlainSerializer(format_size, return_type=str),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "number"}, {"type": "string", "pattern": SIZE_PATTERN}],
-            "description": "bytes; e.g. 1500B, 64KB, 6.28MB, 1MiB (units in any case; KB = 1000 B)",
-        }
-    ),
-]
-Percent = Annotated[
-    float,
-    BeforeValidator(parse_percent),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "number"}, {"type": "string", "pattern": PERCENT_PATTERN}],
-            "description": "percent; e.g. 0.1%",
-        }
-    ),
-]
-
-_Strict = ConfigDict(extra="forbid")
 
 
 def _private_net(value: Any) -> ipaddress.IPv4Network:
@@ -112,12 +62,7 @@ Prefix = Annotated[
 ]
 
 
-class _FieldError(ValueError):
-    """A cross-field error that knows the YAML path it belongs to."""
-
-    def __init__(self, loc: tuple[str | int, ...], msg: str) -> None:
-        super().__init__(msg)
-        self.loc = loc
+_FieldError = FieldProblem
 
 
 class Topology(BaseModel):
@@ -231,8 +176,6 @@ class Topology(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> Topology:
-        from testbed.topology import data_addresses
-
         if self.jitter > 0 and self.delay == 0:
             raise _FieldError(
                 ("jitter",), "needs a delay: set topology.delay too (e.g. delay: 1ms)"
@@ -278,19 +221,6 @@ class Topology(BaseModel):
         return self
 
 
-def _refuse_moved(data: Any, keys: tuple[str, ...]) -> Any:
-    """Fields that moved to `measure:` get a message that says where, not "unknown field"."""
-    if isinstance(data, dict):
-        for k in keys:
-            if k in data:
-                raise _FieldError(
-                    (k,),
-                    f"moved: one measured window serves the whole run; set measure.{k} "
-                    "at the top level of the scenario instead",
-                )
-    return data
-
-
 class Measure(BaseModel):
     """The measured window, one for the whole run: links, flows and iterations alike.
 
@@ -313,256 +243,94 @@ class Measure(BaseModel):
     )
 
 
-class LinkcheckWorkload(BaseModel):
-    """Bulk TCP per traffic class plus short request/response transfers: checks the links."""
-
-    model_config = _Strict
-
-    pattern: Literal["ring", "single", "incast", "outcast", "across"] = Field(
-        "ring",
-        description=(
-            "who sends to whom: ring (h_i → h_i+1, every link busy), single (h1 → h2), "
-            "incast (every host → h1: tests the shared downlink), outcast (h1 → every host: "
-            "tests the uplink), across (every host → the host at its place on the next leaf; "
-            "single-tor: the host half the ring away)"
-        ),
-    )
-    bulk_classes: list[str] | None = Field(
-        None, description="classes that get one bulk flow per pair (default: every class)"
-    )
-    bulk_dscp: list[Dscp] | None = Field(
-        None,
-        description="one bulk flow per pair for each of these DSCP values, instead of bulk_classes "
-        "(e.g. to show that EF and CS1 share one queue under the fifo profile)",
-    )
-    short: bool = Field(True, description="run short request/response transfers")
-    short_class: str | None = Field(
-        None, description="class of the short transfers (default: highest)"
-    )
-    short_interval: Duration = Field(0.1, gt=0, le=60, description="time between short transfers")
-    short_size: Size = Field(
-        10_000, ge=1, le=100_000_000, description="response size of a short transfer"
-    )
-    port: int = Field(5201, ge=1024, le=65535)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved(cls, data: Any) -> Any:
-        return _refuse_moved(data, ("warmup", "cooldown"))
+# Instance names become summary sections, expect paths and sweep axes (workloads.<name>.…):
+# they may not be a top-level summary key, nor a name the mapping itself answers to.
+RESERVED_NAMES = frozenset({
+    "scenario", "run_id", "runtime", "duration_s", "seed", "tc_profile", "topology",
+    "tcp_congestion", "started_at", "window", "host_cpu", "setup_s", "drain_s", "links",
+    "metrics", "status", "error", "warnings", "teardown_s", "hold", "time_scale", "wall",
+    "workloads", "predicted", *dir(dict),
+})  # fmt: skip
+INSTANCE_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 
 
-class Placement(BaseModel):
-    """Resolved when the scenario is loaded: the class and DSCP a workload's packets carry."""
+class Workloads(dict[str, Any]):
+    """The scenario's workload instances by name, in the order written. An instance is also an
+    attribute (`s.workloads.web`), and a name that is absent reads as None there, as the
+    single-instance scenarios of before kinds read `s.workloads.horovod`."""
 
-    model_config = _Strict
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.get(name)
 
-    tc_class: str
-    dscp: int
-
-
-class HorovodDerived(Placement):
-    """Values derived from a Horovod workload's inputs (thesis formulas 5.1 and 5.2)."""
-
-    compute_time: Duration
-    compute_to_network_ratio: float
-    model_bytes: int
-    bytes_per_iteration: int
+    def of_kind(self, *kinds: str) -> list[tuple[str, Any]]:
+        return [(n, w) for n, w in self.items() if w.kind in kinds]
 
 
-class WebsearchDerived(Placement):
-    """Values derived from a web-search workload's inputs (thesis formula 5.3, per host)."""
+def _instances(value: Any, info: ValidationInfo) -> Workloads:
+    """`workloads:` → its instances, each validated by its kind's model. A key that names a
+    kind and gives none is an instance of that kind (the scenarios written before kinds)."""
+    import re
 
-    arrival_rate: float = Field(description="flows per second started by each host")
-    utilization: float = Field(description="percent of one host link's rate")
-    mean_flow_size: float
+    from pydantic import ValidationError
+
+    if isinstance(value, Workloads):
+        return value
+    if value is None:
+        return Workloads()
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping of instance names to workloads")
+    out = Workloads()
+    for name, body in value.items():
+        if not isinstance(name, str) or not re.match(INSTANCE_NAME, name):
+            raise FieldProblem(
+                (str(name),),
+                "an instance name is a lowercase letter, then up to 31 letters, digits, '-' or '_'",
+            )
+        if name in RESERVED_NAMES:
+            raise FieldProblem((name,), f"{name!r} is a reserved name; choose another")
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            body = body.model_dump() if hasattr(body, "model_dump") else body
+        if not isinstance(body, dict):
+            raise FieldProblem((name,), "must be a mapping of the instance's fields")
+        kind = body.get("kind", name if name in KINDS else None)
+        if kind is None:
+            raise FieldProblem(
+                (name, "kind"),
+                f"required: name the instance's kind (one of {', '.join(sorted(KINDS))}), or "
+                "call the instance by its kind",
+            )
+        if kind not in KINDS:
+            raise FieldProblem(
+                (name, "kind"),
+                f"{kind!r} is not a workload kind; kinds: {', '.join(sorted(KINDS))}",
+            )
+        try:
+            out[name] = get(kind).config.model_validate(
+                {**body, "kind": kind}, context=info.context
+            )
+        except ValidationError as e:
+            err = e.errors(include_url=False)[0]
+            exc = err.get("ctx", {}).get("error")
+            if isinstance(exc, FieldProblem):
+                raise FieldProblem((name, *err["loc"], *exc.loc), exc.msg) from None
+            raise FieldProblem((name, *_clean_loc(err["loc"])), _message(err)) from None
+    return out
 
 
-class _Placed(BaseModel):
-    """Common to workloads that run on a set of hosts and mark their packets."""
-
-    model_config = _Strict
-
-    hosts: list[str] | None = Field(None, description="hosts that take part (default: all)")
-    tc_class: str | None = Field(
-        None, description="traffic class to mark the packets for (its first DSCP); or give dscp"
-    )
-    dscp: Dscp | None = Field(
-        None, description="DSCP to mark the packets with, instead of tc_class"
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved(cls, data: Any) -> Any:
-        data = _refuse_moved(data, ("warmup", "cooldown"))
-        if isinstance(data, dict) and "derived" in data:
-            # A resolved scenario shows its derived values; they are recomputed from the
-            # inputs on every load, so a changed link rate or host count re-derives them.
-            data = {k: v for k, v in data.items() if k != "derived"}
-        return data
+def _dump_instances(value: Workloads) -> dict[str, Any]:
+    return {n: w.model_dump(mode="json") for n, w in value.items()}
 
 
-def _gpus(value: Any) -> Any:
-    """`gpus`: a count (≥ 1), `all`, `auto`, or a list of distinct device ids."""
-    ok = (
-        value is None
-        or value in ("all", "auto")
-        or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
-        or (
-            isinstance(value, list)
-            and value
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
-            and len(set(value)) == len(value)
-        )
-    )
-    if not ok:
-        raise ValueError(
-            f"must be a count (1, 2, ...), all, auto or a list of distinct device ids "
-            f"([0, 1]), got {value!r}"
-        )
-    return value
-
-
-Gpus = Annotated[
-    Any,
-    BeforeValidator(_gpus),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 1},
-                {"enum": ["all", "auto"]},
-                {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
-                {"type": "null"},
-            ]
-        }
-    ),
+WorkloadsField = Annotated[
+    Workloads,
+    PlainValidator(_instances),
+    PlainSerializer(_dump_instances, return_type=dict),
+    WithJsonSchema({"type": "object", "description": "named workload instances"}),
 ]
-
-
-class HorovodWorkload(_Placed):
-    """A data-parallel training job, one worker per host: Horovod (ring-allreduce over Gloo)
-    or torch.distributed's DistributedDataParallel (gloo on CPU, nccl on GPU)."""
-
-    backend: Literal["horovod", "torch-ddp"] = Field(
-        "horovod",
-        description="horovod: Horovod workers (Gloo); torch-ddp: torch.distributed workers "
-        "reducing DDP's gradient buckets (gloo on CPU, nccl on GPU)",
-    )
-    bucket_cap: Size = Field(
-        25 * 2**20,
-        gt=0,
-        description="torch-ddp: DDP's bucket_cap_mb, the analogue of Horovod's fusion buffer "
-        "(default 25 MiB, as DDP's)",
-    )
-    nccl_socket_threads: int | None = Field(
-        None, ge=1, le=16,
-        description="GPU runs: NCCL_SOCKET_NTHREADS (NCCL's default if unset); more threads "
-        "and sockets make NCCL's share of a congested link larger against the background flows",
-    )  # fmt: skip
-    nccl_sockets_per_thread: int | None = Field(
-        None, ge=1, le=16, description="GPU runs: NCCL_NSOCKS_PERTHREAD (NCCL's default if unset)"
-    )
-    gpus: Gpus = Field(
-        None,
-        description="GPUs per worker's host: a count, all, a list of device ids, or auto "
-        "(use them when present, else CPU with a warning); unset: CPU",
-    )
-
-    mode: Literal["synthetic", "real"] = Field(
-        "synthetic",
-        description="synthetic: real gradients of a real model's layer sizes, compute emulated per "
-        "layer; real: trains a small torch model",
-    )
-    model: Literal["resnet50"] = Field("resnet50", description="layer sizes (synthetic mode)")
-    profile: str | None = Field(
-        None,
-        description="a layer trace in the seed-002 shape (id name forward backward comm size) "
-        "instead of model; path relative to the scenario",
-    )
-    profile_time_unit: Literal["ns", "us", "ms", "s"] = "us"
-    model_size: Size | None = Field(None, gt=0, description="scale the layer sizes to this total")
-    compute_time: Duration | None = Field(
-        None, gt=0, description="compute per iteration (forward + backward); default 900ms"
-    )
-    compute_to_network_ratio: float | None = Field(
-        None,
-        gt=0,
-        description="R_cp_to_nw = iteration compute time · link rate / (2(1-1/N) · model size · 8); "
-        "sets compute_time",
-    )
-    barrier: bool = Field(
-        True, description="forward waits for all reduced gradients (else for each layer's own)"
-    )
-    fusion_threshold: Size = Field(5_333_329, ge=0, description="Horovod tensor fusion buffer")
-    cycle_time: Duration = Field(0.001, gt=0, description="Horovod background cycle time")
-    iterations: int | None = Field(
-        None, ge=1, description="stop after this many (default: run for the duration)"
-    )
-    device: Literal["cpu", "cuda"] = Field(
-        "cpu",
-        description="kept so that older scenarios load; the device follows gpus (device: cuda "
-        "is refused: set gpus instead)",
-    )
-    batch_size: int = Field(16, ge=1, description="real mode: samples per step")
-
-    derived: HorovodDerived | None = Field(
-        None,
-        description="written when the scenario is resolved; ignored on input",
-        json_schema_extra={"readOnly": True},
-    )
-
-    @property
-    def d(self) -> HorovodDerived:
-        """The derived values (always there once the scenario has been loaded)."""
-        assert self.derived is not None, "scenario not resolved"
-        return self.derived
-
-
-SIZE_CDFS = ("websearch", "datamining")
-
-
-class WebsearchWorkload(_Placed):
-    """Latency-critical background flows: a new TCP connection per flow, Poisson arrivals at
-    every host. As in the thesis, the arrival rate is each host's, and the utilization is the
-    load this workload puts on one host link."""
-
-    sizes: str = Field(
-        "websearch",
-        description="flow size CDF: websearch (DCTCP/pFabric), datamining, or a CSV file of "
-        "'bytes,cdf' rows (path relative to the scenario)",
-    )
-    arrival_rate: float | None = Field(
-        None,
-        gt=0,
-        description="flows per second started by EACH host (Poisson), to uniformly random other "
-        "hosts; the thesis' 23-184 flows/s are per host",
-    )
-    utilization: Percent | None = Field(
-        None,
-        gt=0,
-        le=100,
-        description="the load on one host link: arrival_rate (per host) · mean flow size · 8 / "
-        "link rate (thesis formula 5.3); sets arrival_rate",
-    )
-    port: int = Field(5301, ge=1024, le=65535)
-
-    derived: WebsearchDerived | None = Field(
-        None,
-        description="written when the scenario is resolved; ignored on input",
-        json_schema_extra={"readOnly": True},
-    )
-
-    @property
-    def d(self) -> WebsearchDerived:
-        assert self.derived is not None, "scenario not resolved"
-        return self.derived
-
-
-class Workloads(BaseModel):
-    model_config = _Strict
-
-    linkcheck: LinkcheckWorkload | None = None
-    horovod: HorovodWorkload | None = None
-    websearch: WebsearchWorkload | None = None
 
 
 class DockerOptions(BaseModel):
@@ -658,7 +426,11 @@ class Scenario(BaseModel):
         validate_default=True,
         description="a profile name from tc_profiles/, a path to a YAML file, or an inline profile",
     )
-    workloads: Workloads = Field(default_factory=Workloads)
+    workloads: WorkloadsField = Field(
+        default_factory=Workloads,
+        description="named workload instances: `NAME: {kind: KIND, ...}`; a name that is a kind "
+        "may leave kind out (`websearch: {...}`)",
+    )
     metrics: Metrics = Field(default_factory=Metrics)
     expect: list[str] = Field(
         default_factory=list,
@@ -695,171 +467,10 @@ class Scenario(BaseModel):
             )
         return self
 
-    @model_validator(mode="after")
-    def _cross_refs(self) -> Scenario:
-        lc = self.workloads.linkcheck
-        if lc is not None:
-            names = self.tc_profile.class_names
-            for i, c in enumerate(lc.bulk_classes or []):
-                if c not in names:
-                    raise _FieldError(
-                        ("workloads", "linkcheck", "bulk_classes", i),
-                        f"{c!r} is not a class of tc profile {self.tc_profile.name!r}; classes: {names}",
-                    )
-            if lc.bulk_dscp is not None and lc.bulk_classes is not None:
-                raise _FieldError(
-                    ("workloads", "linkcheck", "bulk_dscp"),
-                    "give bulk_classes or bulk_dscp, not both",
-                )
-            if lc.short_class is not None and lc.short_class not in names:
-                raise _FieldError(
-                    ("workloads", "linkcheck", "short_class"),
-                    f"{lc.short_class!r} is not a class of tc profile {self.tc_profile.name!r}; "
-                    f"classes: {names}",
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _workloads(self, info: ValidationInfo) -> Scenario:
-        from testbed.workloads import derive
-
-        base = (info.context or {}).get("base_dir") if info is not None else None
-        host_names = [f"h{i}" for i in range(1, self.topology.hosts + 1)]
-        classes = self.tc_profile.class_names
-        for key in ("horovod", "websearch"):
-            w = getattr(self.workloads, key)
-            if w is None:
-                continue
-            for i, h in enumerate(w.hosts or []):
-                if h not in host_names:
-                    raise _FieldError(
-                        ("workloads", key, "hosts", i),
-                        f"{h!r} is not a host; hosts are h1 … h{len(host_names)}",
-                    )
-            if w.hosts is not None and len(set(w.hosts)) < 2:
-                raise _FieldError(("workloads", key, "hosts"), "needs at least two distinct hosts")
-            if w.tc_class is not None and w.dscp is not None:
-                raise _FieldError(("workloads", key, "dscp"), "give tc_class or dscp, not both")
-            if w.tc_class is not None and w.tc_class not in classes:
-                raise _FieldError(
-                    ("workloads", key, "tc_class"),
-                    f"{w.tc_class!r} is not a class of tc profile {self.tc_profile.name!r}; classes: {classes}",
-                )
-            if isinstance(w, HorovodWorkload) and w.backend == "torch-ddp" and not w.barrier:
-                raise _FieldError(
-                    ("workloads", key, "barrier"),
-                    "torch-ddp always waits for every gradient bucket before the next step, as "
-                    "DDP does; remove barrier: false, or use backend: horovod",
-                )
-            if isinstance(w, HorovodWorkload) and w.nccl_sockets_per_thread is not None:
-                # NCCL's default is 0 helper threads on a NIC it cannot identify (a veth has
-                # no PCI vendor), and it clamps threads × sockets to 64 (net_socket.cc)
-                threads = w.nccl_socket_threads
-                if threads is None:
-                    raise _FieldError(
-                        ("workloads", key, "nccl_sockets_per_thread"),
-                        "needs nccl_socket_threads too: on the emulated links NCCL starts no "
-                        "socket threads of its own, so sockets per thread alone change nothing",
-                    )
-                if threads * w.nccl_sockets_per_thread > 64:
-                    raise _FieldError(
-                        ("workloads", key, "nccl_sockets_per_thread"),
-                        f"nccl_socket_threads × nccl_sockets_per_thread is "
-                        f"{threads * w.nccl_sockets_per_thread}; NCCL uses at most 64 sockets",
-                    )
-            if isinstance(w, HorovodWorkload) and w.device == "cuda":
-                # gpus decides the devices, their CUDA_VISIBLE_DEVICES and NCCL's host ids; a
-                # bare device: cuda would put every worker on GPU 0 with none of that
-                raise _FieldError(
-                    ("workloads", key, "device"),
-                    "device: cuda is replaced by gpus; remove device and set gpus: 1 (or all, "
-                    "auto, or a list of device ids)",
-                )
-            try:
-                derive.resolve(self, key, w, base)
-            except ValueError as e:
-                loc, _, msg = str(e).partition(": ")
-                raise _FieldError(("workloads", key, loc), msg) from None
-        return self
-
-    @model_validator(mode="after")
-    def _expect(self) -> Scenario:
-        from testbed import expect
-
-        try:
-            self.checks()
-        except expect.ExpectError as e:
-            raise _FieldError(("expect", e.index), e.msg) from None
-        return self
-
-    @model_validator(mode="after")
-    def _wall(self) -> Scenario:
-        """What K makes of the scenario must be something this machine can run: a shaper rate
-        no lower than the schema's floor, a run of at most a day of real time, and a valid
-        scenario in wall-clock units (testbed.dilation: a dilated delay, drain or interval
-        beyond its field's limit is refused here, naming time_scale, not at run time)."""
-        k = self.time_scale
-        if k == 1:
-            return self
-        t = self.topology
-        floor = 8_000  # bit/s: the lowest rate Topology accepts, and what HTB is tested at
-        rates = {"host links": t.link_rate}
-        if t.kind == "leaf-spine":
-            rates["fabric links"] = t.fabric_link_rate
-        for what, rate in rates.items():
-            if rate / k < floor:
-                raise _FieldError(
-                    ("time_scale",),
-                    f"{k:g} makes the {what} {format_rate(rate / k)} on this machine, below "
-                    f"{format_rate(floor)}; use time_scale ≤ {rate / floor:g}",
-                )
-        if self.duration * k > 24 * 3600:
-            raise _FieldError(
-                ("time_scale",),
-                f"{k:g} makes the run last {format_duration(self.duration * k)} on this "
-                f"machine, more than a day; lower time_scale or duration",
-            )
-        from testbed import dilation
-
-        try:
-            dilation.wall_scenario(self)
-        except ScenarioError as e:
-            why = str(e).split(": ", 1)[-1]
-            raise _FieldError(
-                ("time_scale",), f"{self.time_scale:g} makes, on this machine's clock, {why}"
-            ) from None
-        return self
-
-    def checks(self) -> list[Any]:
-        """The `expect:` list as expect.Check objects (checked against what this scenario's
-        summary will hold)."""
-        from testbed import expect
-
-        h = self.workloads.horovod
-        return expect.parse(
-            self.expect,
-            [k for k in ("horovod", "websearch", "linkcheck") if getattr(self.workloads, k)],
-            self.tc_profile.class_names,
-            has_prediction=h is not None and h.mode == "synthetic",
-        )
-
     def timeline(self, t0: float = 0.0) -> Window:
         """The run's timeline with the workloads' common start at t0 (offsets when t0 = 0)."""
         m = self.measure
         return Window(t0, self.duration, m.warmup, m.cooldown, m.drain)
-
-    def with_overrides(
-        self, overrides: dict[str, Any], source: str = "command line", base_dir: Path | None = None
-    ) -> Scenario:
-        """This scenario with dotted-path values replaced, re-resolved from its inputs
-        (e.g. {"topology.link_rate": "1gbit"} re-derives compute times and arrival rates).
-        Relative file names among the new values are taken from `base_dir`."""
-        data = self.model_dump(mode="json")
-        for field in ("prefix", "management_prefix"):  # defaults stay defaults: see preflight
-            if field not in self.topology.model_fields_set:
-                data["topology"].pop(field, None)
-        data = apply_overrides(data, overrides)
-        return load_scenario_data(data, source=source, base_dir=base_dir)
 
 
 # Inputs that set one another: giving one in an override drops the other from the same object.
@@ -897,23 +508,19 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     return out
 
 
-def _loc(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + part
-    return out or "(top level)"
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[str | int, ...]:
+    """A pydantic error's path without its internal steps: validator function names and the
+    branch names of unions (tc_profile: name | inline)."""
+    return tuple(
+        p
+        for p in loc
+        if not (isinstance(p, str) and p.startswith("function-")) and p not in ("str", "TcProfile")
+    )
 
 
-def _describe(err: dict[str, Any]) -> str:
-    """One error as `path: what is wrong, got X`."""
+def _message(err: dict[str, Any]) -> str:
+    """One error's text, without its path: what is wrong, and what was given."""
     kind, ctx, given = err["type"], err.get("ctx", {}), err.get("input")
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-    # Unions (e.g. tc_profile: name | inline) add a branch name to the path; drop it.
-    loc = tuple(p for p in loc if p not in ("str", "TcProfile"))
-    path = _loc(loc)
     bounds = {
         "greater_than_equal": ("≥", "ge"),
         "greater_than": (">", "gt"),
@@ -922,32 +529,37 @@ def _describe(err: dict[str, Any]) -> str:
     }
     if kind in bounds:
         sym, key = bounds[kind]
-        return f"{path}: must be {sym} {ctx.get(key)}, got {given!r}"
+        return f"must be {sym} {ctx.get(key)}, got {given!r}"
     if kind == "missing":
-        return f"{path}: required field is missing"
+        return "required field is missing"
     if kind == "extra_forbidden":
-        return f"{path}: unknown field (check the spelling; `testbed schema` lists every field)"
+        return "unknown field (check the spelling; `testbed schema` lists every field)"
     if kind in ("literal_error", "string_type") and isinstance(given, bool):
         # YAML 1.1 (PyYAML) reads unquoted on/off/yes/no/true/false as booleans.
         a, b, c = ("on", "yes", "true") if given else ("off", "no", "false")
         got = f"got {c} (YAML reads an unquoted {a}, {b} or {c} as a boolean)"
         if kind == "literal_error":
-            return f"{path}: must be one of {ctx.get('expected')}, {got}"
-        return f"{path}: must be a string, {got}; write the word in quotes: '{a}', '{b}' or '{c}'"
+            return f"must be one of {ctx.get('expected')}, {got}"
+        return f"must be a string, {got}; write the word in quotes: '{a}', '{b}' or '{c}'"
     if kind == "literal_error":
-        return f"{path}: must be one of {ctx.get('expected')}, got {given!r}"
+        return f"must be one of {ctx.get('expected')}, got {given!r}"
     if kind == "string_type":
-        return f"{path}: must be a string, got {'nothing' if given is None else repr(given)}"
+        return f"must be a string, got {'nothing' if given is None else repr(given)}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
-        return f"{path}: must be a whole number, got {given!r}"
+        return f"must be a whole number, got {given!r}"
     if kind == "string_pattern_mismatch":
-        return f"{path}: {given!r} is not allowed; use letters, digits, '.', '_' or '-'"
+        return f"{given!r} is not allowed; use letters, digits, '.', '_' or '-'"
     if kind in ("too_short", "too_long"):
-        return f"{path}: {err['msg'].lower()}"
+        return err["msg"].lower()
     msg = err["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
-    return f"{path}: {msg}"
+    return msg
+
+
+def _describe(err: dict[str, Any]) -> str:
+    """One error as `path: what is wrong, got X`."""
+    return f"{field_path(_clean_loc(tuple(err['loc'])))}: {_message(err)}"
 
 
 def format_validation_error(e: ValidationError, source: str) -> str:
@@ -955,8 +567,8 @@ def format_validation_error(e: ValidationError, source: str) -> str:
     errs = e.errors(include_url=False)
     first = errs[0]
     exc = first.get("ctx", {}).get("error")
-    if isinstance(exc, _FieldError):
-        line = f"{_loc(tuple(first['loc']) + exc.loc)}: {exc}"
+    if isinstance(exc, FieldProblem):
+        line = f"{field_path(_clean_loc(tuple(first['loc'])) + exc.loc)}: {exc.msg}"
     else:
         line = _describe(first)
     more = len(errs) - 1
@@ -964,7 +576,10 @@ def format_validation_error(e: ValidationError, source: str) -> str:
     return f"{source}: {line}{suffix}"
 
 
-def load_scenario_data(data: Any, source: str, base_dir: Path | None = None) -> Scenario:
+def validate(data: Any, source: str, base_dir: Path | None = None) -> Scenario:
+    """The schema's check of a scenario mapping: every field and its bounds; what needs other
+    parts of testbed (derived values, expectations) is testbed.resolve's. ScenarioError: one
+    line naming the field."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a YAML mapping with name, topology, ...")
     try:
@@ -973,17 +588,16 @@ def load_scenario_data(data: Any, source: str, base_dir: Path | None = None) -> 
         raise ScenarioError(format_validation_error(e, source)) from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    p = Path(path)
+def read_yaml(p: Path) -> Any:
+    """A scenario file's mapping; a YAML error is one line with its place."""
     if not p.is_file():
         raise ScenarioError(f"{p}: no such scenario file")
     try:
-        data = yaml.safe_load(p.read_text())
+        return yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         raise ScenarioError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
-    return load_scenario_data(data, source=str(p), base_dir=p.resolve().parent)
 
 
 def dump_scenario(s: Scenario) -> str:
@@ -991,11 +605,30 @@ def dump_scenario(s: Scenario) -> str:
 
 
 def json_schema() -> dict[str, Any]:
+    """The JSON Schema of scenario files: the models', with `tc_profile` as name or inline
+    profile, and `workloads` as named instances of the registered kinds."""
     schema = Scenario.model_json_schema(mode="validation")
     schema["properties"]["tc_profile"] = {
         "anyOf": [{"type": "string"}, {"$ref": "#/$defs/TcProfile"}],
         "default": "fifo",
         "description": "a profile name from tc_profiles/, a path to a YAML file, or an inline profile",
+    }
+    defs = schema.setdefault("$defs", {})
+    refs = []
+    for name in sorted(KINDS):
+        kind = get(name)
+        sub = kind.config.model_json_schema(mode="validation", ref_template="#/$defs/{model}")
+        defs.update(sub.pop("$defs", {}))
+        title = f"{kind.config.__name__}"
+        if title in defs and defs[title] != sub:
+            title = f"{title}_{name}"
+        defs[title] = sub
+        refs.append({"$ref": f"#/$defs/{title}"})
+    schema["properties"]["workloads"] = {
+        "type": "object",
+        "description": Scenario.model_fields["workloads"].description,
+        "propertyNames": {"pattern": INSTANCE_NAME},
+        "additionalProperties": {"anyOf": refs},
     }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "testbed scenario"

@@ -40,7 +40,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from testbed.errors import EnvironmentProblem, ScenarioError, TestbedError
-from testbed.scenario import Scenario, format_validation_error, load_scenario
+from testbed.resolve import load_scenario, with_overrides
+from testbed.runs import instances
+from testbed.scenario import Scenario, format_validation_error
+from testbed.workloads import kinds
+from testbed.workloads.registry import load
 
 log = logging.getLogger("testbed")
 
@@ -164,7 +168,7 @@ def load_spec(path: Path) -> SweepSpec:
     columns: dict[str, str] = {}
     for axis in names:
         col = short_name(axis) if axis in spec.axes else axis
-        if col in columns or (col in RESERVED and axis != "seed") or col in KEY_COLUMNS:
+        if col in columns or (col in RESERVED and axis != "seed") or col in key_columns():
             other = columns.get(col, "a column of sweep.csv")
             raise ScenarioError(
                 f"{path}: axes: {axis!r} and {other!r} would share the column {col!r}; "
@@ -219,8 +223,11 @@ def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
             overrides.update(o)
         where = ", ".join(f"{k}={v}" for k, v in labels.items())
         try:
-            s = base.with_overrides(
-                overrides, source=f"{sweep_file} ({where})", base_dir=sweep_file.parent.resolve()
+            s = with_overrides(
+                base,
+                overrides,
+                source=f"{sweep_file} ({where})",
+                base_dir=sweep_file.parent.resolve(),
             )
         except ScenarioError as e:
             raise ScenarioError(str(e)) from None
@@ -345,33 +352,29 @@ def _summary_of(folder: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ results
 
 
-KEY_COLUMNS = {
-    "duration_s", "iteration_mean_s", "iteration_p99_s", "iterations_measured",
-    "flows_measured", "censored", "failed", "max_flow_rate_over_link", "drain_s",
-    *(f"fct_{c}_{k}" for c in ("small", "medium", "large", "all") for k in ("mean_s", "count")),
-}  # fmt: skip
+def key_columns() -> set[str]:
+    """sweep.csv's figure columns (of instances named as their kinds): an axis may not take
+    one's name."""
+    out = {"duration_s", "drain_s"}
+    for name in kinds.names():
+        ref = kinds.get(name).report
+        if ref is not None:
+            out |= set(getattr(load(ref), "COLUMNS", ()))
+    return out
 
 
 def key_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    """The per-run columns of sweep.csv."""
-    h = summary.get("horovod") or {}
-    w = summary.get("websearch") or {}
-    fct = w.get("fct_s") or {}
-    it = h.get("iteration_time_s") or {}
+    """The per-run columns of sweep.csv: the run's own, then each workload instance's (its
+    kind's report module says which; `iteration_mean_s`, `fct_small_mean_s`, ... for an
+    instance named as its kind, prefixed with the name for another)."""
     out: dict[str, Any] = {
         "duration_s": summary.get("duration_s"),
-        "iteration_mean_s": it.get("mean"),
-        "iteration_p99_s": it.get("p99"),
-        "iterations_measured": h.get("iterations_measured"),
-        "flows_measured": w.get("flows_measured"),
-        "censored": w.get("censored"),
-        "failed": w.get("failed"),
-        "max_flow_rate_over_link": w.get("max_flow_rate_over_link"),
         "drain_s": summary.get("drain_s"),
     }
-    for c in ("small", "medium", "large", "all"):
-        out[f"fct_{c}_mean_s"] = (fct.get(c) or {}).get("mean")
-        out[f"fct_{c}_count"] = (fct.get(c) or {}).get("count")
+    for name, kind, section in instances(summary):
+        ref = kinds.get(kind).report
+        if ref is not None:
+            out.update(load(ref).key_metrics(name, section))
     return out
 
 

@@ -38,6 +38,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from testbed.addressing import leaf_block
 from testbed.scenario import TCP_MACHINE
 
 if TYPE_CHECKING:
@@ -265,18 +266,6 @@ def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
         hosts=hosts,
         hosts_per_switch=t.hosts,
     )
-
-
-def leaf_block(hosts_per_leaf: int) -> int:
-    """Addresses of one leaf's subnet: its hosts, the gateway, network and broadcast."""
-    return 2 ** math.ceil(math.log2(hosts_per_leaf + 3))
-
-
-def data_addresses(kind: str, hosts: int, leaves: int = 1, spines: int = 1) -> int:
-    """Addresses the data prefix must span: one subnet per leaf, then a /31 per fabric link."""
-    if kind == "single-tor":
-        return hosts + 2
-    return leaves * leaf_block(hosts // leaves) + 2 * leaves * spines
 
 
 def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:

@@ -48,6 +48,23 @@ class Window:
         """A flow or iteration that *starts* at t belongs to the window."""
         return self.start <= t < self.stop
 
+    def shifted(self, start: float = 0.0, stop: float | None = None) -> Window:
+        """A workload instance's own timeline: it starts `start` after t0 and stops starting
+        work `stop` after t0 (None: at the end), while its measured window stays the run's:
+        its records are judged on the same edges as everyone's. (Warm-up and cool-down may
+        come out negative: the measured window then opens before, or closes after, the
+        instance's own span.)"""
+        if start == 0 and stop is None:
+            return self
+        end = self.duration if stop is None else stop
+        return Window(
+            self.t0 + start,
+            end - start,
+            self.warmup - start,
+            self.cooldown - (self.duration - end),
+            self.drain + (self.duration - end),
+        )
+
     def summary(self) -> dict[str, Any]:
         return {
             "t0": round(self.t0, 6),

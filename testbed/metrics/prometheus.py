@@ -19,7 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,14 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 30.0
 
 
-def targets_doc(targets: dict[str, list[str]], labels: dict[str, str]) -> list[dict[str, Any]]:
-    """file_sd JSON: one group per component (orchestrator, horovod, websearch)."""
+def targets_doc(
+    targets: dict[str, tuple[str, list[str]]], labels: dict[str, str]
+) -> list[dict[str, Any]]:
+    """file_sd JSON: one group per scraped part of the run, `workload` (the instance's name, or
+    orchestrator) and `component` (its kind) on every series it exports."""
     return [
-        {"targets": addrs, "labels": {**labels, "component": comp}}
-        for comp, addrs in sorted(targets.items())
+        {"targets": addrs, "labels": {**labels, "workload": name, "component": kind}}
+        for name, (kind, addrs) in sorted(targets.items())
         if addrs
     ]
 
@@ -127,7 +130,9 @@ class Prometheus:
             f"prometheus did not become ready within {READY_TIMEOUT_S:.0f} s; see prometheus.log"
         )
 
-    def set_targets(self, targets: dict[str, list[str]], labels: dict[str, str]) -> None:
+    def set_targets(
+        self, targets: dict[str, tuple[str, list[str]]], labels: dict[str, str]
+    ) -> None:
         tmp = self.targets_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(targets_doc(targets, labels), indent=1))
         tmp.replace(self.targets_file)
@@ -186,7 +191,9 @@ class ExternalTargets:
         self.path = file_sd_dir / f"testbed-{run_id}.json"
         self.url = url
 
-    def set_targets(self, targets: dict[str, list[str]], labels: dict[str, str]) -> None:
+    def set_targets(
+        self, targets: dict[str, tuple[str, list[str]]], labels: dict[str, str]
+    ) -> None:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(targets_doc(targets, labels), indent=1))
         tmp.replace(self.path)
@@ -217,8 +224,16 @@ def scalar(url: str, promql: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def cross_check(url: str, run_id: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """Compare counts in summary.json with what Prometheus scraped during the run.
+def cross_check(
+    url: str,
+    run_id: str,
+    summary: dict[str, Any],
+    queries: Sequence[tuple[str, str, str, float | None]] = (),
+) -> dict[str, Any]:
+    """Compare counts in summary.json with what Prometheus scraped during the run: the link
+    directions here, and each workload instance's `queries`: (instance, what, PromQL, the
+    summary's value), where {sel} stands for the run's and the instance's labels and {rng}
+    for the range.
 
     Every query is a range function over the whole run (`*_over_time[R]`), never an instant
     selector: once an exporter stops, Prometheus marks its series stale and an instant query
@@ -243,26 +258,9 @@ def cross_check(url: str, run_id: str, summary: dict[str, Any]) -> dict[str, Any
             }
         )
 
-    h = summary.get("horovod")
-    if h:
-        for worker, n in h["iterations_per_worker"].items():
-            compare(
-                f"iterations of {worker}",
-                f'max_over_time(testbed_iterations_total{{{sel},worker="{worker}"}}[{rng}])',
-                n,
-            )
-    w = summary.get("websearch")
-    if w:
-        compare(
-            "flows started",
-            f"sum(max_over_time(testbed_flows_started_total{{{sel}}}[{rng}]))",
-            w["flows_started"],
-        )
-        compare(
-            "flows completed",
-            f"sum(max_over_time(testbed_flows_completed_total{{{sel}}}[{rng}]))",
-            w["flows_completed"],
-        )
+    for name, what, promql, expected in queries:
+        mine = f'{sel},workload="{name}"'
+        compare(what, promql.replace("{sel}", mine).replace("{rng}", rng), expected)
     links = summary.get("links") or []
     if links:
         compare(

@@ -8,7 +8,7 @@ import csv
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ class MetricsSession:
         self.collector: QdiscCollector | None = None
         self.server: Any = None
         self.sink: Prometheus | ExternalTargets | None = None
-        self.targets: dict[str, list[str]] = {}
+        self.targets: dict[str, tuple[str, list[str]]] = {}  # name → (kind, ADDR:PORT...)
         self._rates_set = False
         self._links = open(run_dir / "links.csv", "w", newline="")  # noqa: SIM115 - closed in stop()
         self._csv = csv.writer(self._links)
@@ -65,12 +65,14 @@ class MetricsSession:
         if self.cfg.prometheus != "embedded":
             return
         self.collector, self.server, port = orchestrator_exporter("127.0.0.1")
-        self.targets = {"orchestrator": [f"127.0.0.1:{port}"]}
+        self.targets = {"orchestrator": ("orchestrator", [f"127.0.0.1:{port}"])}
         self.sink = Prometheus(self.run_dir, self.cfg.scrape_interval, record)
         self.sink.set_targets(self.targets, self._labels)
 
     def start(
-        self, workload_targets: dict[str, list[str]], record: Callable[[dict[str, Any]], None]
+        self,
+        workload_targets: dict[str, tuple[str, list[str]]],
+        record: Callable[[dict[str, Any]], None],
     ) -> None:
         """Once the network exists: the nodes' targets join the embedded server's file, or
         every target is registered with an external Prometheus (the orchestrator's exporter
@@ -87,11 +89,14 @@ class MetricsSession:
         else:
             address = str(self.topo.mgmt_bridge_ip)
             self.collector, self.server, port = orchestrator_exporter(address)
-            self.targets = {"orchestrator": [f"{address}:{port}"], **workload_targets}
+            self.targets = {
+                "orchestrator": ("orchestrator", [f"{address}:{port}"]),
+                **workload_targets,
+            }
             self.sink = ExternalTargets(Path(self.cfg.file_sd_dir or ""), self.run_id, self.cfg.url)
             record({"kind": "file", "path": str(self.sink.path)})
             self.sink.set_targets(self.targets, self._labels)
-        n = sum(len(v) for v in self.targets.values())
+        n = sum(len(v) for _, v in self.targets.values())
         where = self.sink.url if isinstance(self.sink, Prometheus) else self.sink.path
         log.info("metrics: %d scrape targets every %.1f s → %s", n, self.cfg.scrape_interval, where)
 
@@ -133,12 +138,16 @@ class MetricsSession:
 
             raise RunFailure("prometheus exited during the run; see prometheus.log")
 
-    def section(self, summary: dict[str, Any]) -> dict[str, Any]:
+    def section(
+        self, summary: dict[str, Any], queries: Sequence[tuple[str, str, str, float | None]] = ()
+    ) -> dict[str, Any]:
+        """The summary's `metrics` section; `queries`: the workload instances' own checks of
+        Prometheus against the summary (metrics/prometheus.cross_check)."""
         out: dict[str, Any] = {"prometheus": self.cfg.prometheus}
         if not self.enabled:
             return out
         out["scrape_interval_s"] = self.cfg.scrape_interval
-        out["targets"] = sum(len(v) for v in self.targets.values())
+        out["targets"] = sum(len(v) for _, v in self.targets.values())
         url = self.sink.url if self.sink is not None else None
         if isinstance(self.sink, Prometheus):
             out["data_dir"] = "prometheus"
@@ -148,7 +157,7 @@ class MetricsSession:
             )
         if url:
             try:
-                out["cross_check"] = cross_check(url, self.run_id, summary)
+                out["cross_check"] = cross_check(url, self.run_id, summary, list(queries))
             except OSError as e:
                 out["cross_check"] = {"agree": None, "error": f"Prometheus unreachable: {e}"}
         return out

@@ -1,11 +1,12 @@
-"""What a run needs of a runtime, and the choice between them.
+"""What a run needs of a runtime: the one seam every stage reaches a node through.
 
-A runtime makes the nodes of a topology (hosts and switches) and the links between them,
-opens netlink inside a node, starts processes there, and tears it all down from the state
-file. Every other stage (shaping plan and its application, workloads, metrics, report) talks
-to this interface only. Nodes are named by their namespace key from the topology plan
-(`Host.netns`, `Switch.netns`); each runtime makes that name reachable under
-/run/netns, so `ip netns exec` works on every runtime too.
+A runtime makes the nodes of a topology (hosts and switches) and the network between them
+(network.py, the same for every runtime), opens netlink inside a node, reads its class
+counters, starts processes there and runs a host tool in its network. Every other stage
+(shaping, workloads, metrics, report) talks to this interface only; the choice between
+runtimes is runtime/registry.py's. Nodes are named by their namespace key from the topology
+plan (`Host.netns`, `Switch.netns`); each runtime makes that name reachable under /run/netns,
+so `ip netns exec` works on every runtime too.
 """
 
 from __future__ import annotations
@@ -23,10 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from pyroute2 import IPRoute
 
-    from testbed.scenario import Scenario
     from testbed.shaping.stats import ClassReader
-    from testbed.state import RunState
-    from testbed.topology import TopologyPlan
 
 
 class NodeProcess(Protocol):
@@ -96,7 +94,7 @@ class Runtime(Protocol):
 
     def spawn_python(
         self,
-        ns: str,
+        ns: str | None,
         module: str,
         argv: list[str],
         log_path: Path,
@@ -104,7 +102,7 @@ class Runtime(Protocol):
         preload: Sequence[str] = (),
         gid: int | None = None,
         new_uts: bool = False,
-    ) -> NodeProcess: ...  # `python -m module argv` with the node's own interpreter
+    ) -> NodeProcess: ...  # `python -m module argv` in a node (None: a service of the machine)
 
     def net_exec(
         self, ns: str, argv: Sequence[str], timeout: float = 20
@@ -112,46 +110,3 @@ class Runtime(Protocol):
 
     def check(self) -> None: ...  # raise RunFailure when a node itself has died
     def close(self) -> None: ...
-
-
-def make_runtime(
-    s: Scenario, plan: TopologyPlan, state: RunState, run_dir: Path, image: str | None = None
-) -> Runtime:
-    if s.runtime == "docker":
-        from testbed.runtime.docker import DockerRuntime
-
-        assert s.docker is not None and image is not None
-        return DockerRuntime(plan, state, s.docker, run_dir, image, gpus=host_gpus(s, plan))
-    from testbed.runtime.netns import NetnsRuntime
-
-    return NetnsRuntime(plan, state)
-
-
-def host_gpus(s: Scenario, plan: TopologyPlan) -> dict[str, list[int]]:
-    """Devices each training host's container gets (empty: none asked for, or none here)."""
-    w = s.workloads.horovod
-    if w is None or w.gpus is None:
-        return {}
-    from testbed.preflight import visible_gpus
-    from testbed.workloads.training.ddp import gpu_assignment
-
-    hosts = [plan.host(n) for n in w.hosts] if w.hosts else list(plan.hosts)
-    devices = gpu_assignment(w.gpus, visible_gpus(), len(hosts))
-    return {h.name: d for h, d in zip(hosts, devices, strict=True) if d}
-
-
-def teardown(state: RunState) -> list[str]:
-    """Delete what `state` records, on the runtime it records, then the files it recorded
-    (an external Prometheus' file_sd entry); return problems (empty: clean)."""
-    if state.runtime == "docker":
-        from testbed.runtime.docker import teardown as runtime_teardown
-    else:
-        from testbed.runtime.netns import teardown as runtime_teardown
-    problems = runtime_teardown(state)
-    for obj in state.objects:
-        if obj["kind"] == "file":
-            try:
-                Path(obj["path"]).unlink(missing_ok=True)
-            except OSError as e:
-                problems.append(f"could not remove {obj['path']}: {e}")
-    return problems

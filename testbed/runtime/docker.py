@@ -25,19 +25,22 @@ import logging
 import os
 import re
 import signal
+import socket
+import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyroute2 import netns
+from pyroute2 import IPRoute, netns
 
-from testbed.errors import EnvironmentProblem, RunFailure
-from testbed.namespaces import create_netns
+from testbed.errors import EnvironmentProblem, RunFailure, ScenarioError
+from testbed.namespaces import NETNS_DIR, create_netns
 from testbed.runtime.base import NodeProcess, PolledProcess
-from testbed.runtime.netns import NetnsRuntime, process_running
+from testbed.runtime.netns import process_running, run_in_netns, spawn_python
 from testbed.runtime.netns import teardown as netns_teardown
+from testbed.runtime.network import Network
 from testbed.state import RunState, all_states, proc_start_time
 from testbed.topology import Host, TopologyPlan
 
@@ -180,7 +183,10 @@ def _net_inode(pid: int) -> int | None:
         return None
 
 
-class DockerRuntime(NetnsRuntime):
+class DockerRuntime:
+    """Every host a container (its namespace attached under /run/netns), the switches plain
+    namespaces; the network over them is network.py's, as for every runtime."""
+
     name = "docker"
     shares_hostname = False
     renumbers_gpus = True  # the NVIDIA toolkit mounts only the requested devices
@@ -195,13 +201,33 @@ class DockerRuntime(NetnsRuntime):
         engine: docker.DockerClient | None = None,
         gpus: dict[str, list[int]] | None = None,
     ) -> None:
-        super().__init__(plan, state)
+        self.plan, self.state = plan, state
+        self.net = Network(plan, state)
+        self.classes = self.net.classes
         self.opts, self.image = opts, image
         self.gpus = gpus or {}  # host name → devices passed through to its container
         self.run_dir = run_dir.resolve()
         self.engine = engine or client()
         self._init: dict[str, tuple[int, int]] = {}  # container → its init's PID, start time
         self._ids: dict[str, str] = {}
+
+    def netlink(self, ns: str) -> socket.socket:
+        return self.net.netlink(ns)
+
+    def ipr(self, ns: str | None) -> IPRoute:
+        return self.net.ipr(ns)
+
+    def build(self) -> None:
+        """The nodes (switch namespaces, then the hosts' containers, started in parallel and
+        attached), then the network over them."""
+        self._make_nodes()
+        self.net.build()
+
+    def net_exec(
+        self, ns: str, argv: Sequence[str], timeout: float = 20
+    ) -> subprocess.CompletedProcess[str]:
+        """A tool of this machine (iptables) in the container's network namespace only."""
+        return run_in_netns(NETNS_DIR / ns, argv, timeout)
 
     def _make_nodes(self) -> None:
         p = self.plan
@@ -277,7 +303,7 @@ class DockerRuntime(NetnsRuntime):
 
     def spawn_python(
         self,
-        ns: str,
+        ns: str | None,
         module: str,
         argv: list[str],
         log_path: Path,
@@ -288,8 +314,12 @@ class DockerRuntime(NetnsRuntime):
     ) -> NodeProcess:
         """`python -m module` with the image's interpreter. No fork server: each container
         imports for itself (its own file system and cgroup), and every container has its own
-        hostname already, so `new_uts` has nothing to do."""
+        hostname already, so `new_uts` has nothing to do. `ns` None: a service of this
+        machine (the root namespace, where the management bridge is), as on netns."""
         from testbed.images import NODE_PYTHON
+
+        if ns is None:
+            return spawn_python(None, module, argv, log_path, env, preload)
 
         user = f"0:{gid}" if gid is not None else ""
         return self._exec(ns, [NODE_PYTHON, "-m", module, *argv], log_path, env, user)
@@ -312,7 +342,7 @@ class DockerRuntime(NetnsRuntime):
             raise RunFailure(f"container {name} (host {node}) stopped mid-run ({why})")
 
     def close(self) -> None:
-        super().close()
+        self.net.close()
         with contextlib.suppress(Exception):
             self.engine.close()
 
@@ -407,3 +437,110 @@ def remove_orphans(run_id: str) -> list[str]:
         return _remove_containers(engine, set(), run_id)
     finally:
         engine.close()
+
+
+class DockerKind:
+    """The docker runtime's part in the registry (runtime/registry.py)."""
+
+    name = "docker"
+
+    def prepare(self, s: Any, run_id: str, progress: Callable[[str], None]) -> str:
+        """The node image, built first when missing (and allowed). Runs before anything of
+        the run exists: a failure here leaves nothing behind."""
+        import docker
+
+        from testbed.images import ensure_node_image
+
+        assert s.docker is not None
+        engine = client()
+        try:
+            clash = engine.containers.list(all=True, filters={"name": f"^tb-{run_id}-"})
+            if clash:
+                raise ScenarioError(
+                    f"--run-id: containers of run {run_id} exist "
+                    f"({', '.join(c.name for c in clash)}); pick another id, or run "
+                    "`testbed down` if that run is dead"
+                )
+            if s.docker.image is not None:
+                try:
+                    engine.images.get(s.docker.image)
+                except docker.errors.DockerException as e:
+                    raise ScenarioError(
+                        f"docker.image: {s.docker.image!r} is not usable on this engine "
+                        f"({type(e).__name__}); build or load it, or leave docker.image out to "
+                        "use testbed's node image"
+                    ) from None
+                return s.docker.image
+            return ensure_node_image(engine, build=s.docker.build, progress=progress)
+        finally:
+            engine.close()
+
+    def create(
+        self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
+        gpus: dict[str, list[int]],
+    ) -> DockerRuntime:  # fmt: skip
+        return DockerRuntime(plan, state, s.docker, run_dir, prepared, gpus=gpus)
+
+    def teardown(self, state: RunState) -> list[str]:
+        return teardown(state)
+
+    def exec_argv(
+        self, st: RunState, host: dict[str, Any], command: list[str], tty: bool
+    ) -> list[str]:
+        """`docker exec` into the host's container: its file system, its interpreter; the
+        docker CLI already does what a terminal needs (raw mode, window size, signals)."""
+        import shutil
+
+        cli = shutil.which("docker")
+        if cli is None:
+            raise EnvironmentProblem(
+                "the docker CLI is not on PATH (apt-get install docker.io); it runs commands "
+                "in a container host"
+            )
+        flags = ["-i", "-t"] if tty else ["-i"]
+        return [cli, "exec", *flags, host["netns"], *command]
+
+    def shell(self, prompt: str) -> list[str]:
+        return ["env", f"PS1={prompt}", "bash", "--norc", "-i"]
+
+    def gpu_stack(self, s: Any, horovod: bool) -> str | None:
+        """Why the hosts' containers cannot train on GPUs, or None. A user's own image is
+        trusted; the default one installs this machine's torch and its CPU-only Horovod."""
+        import shutil
+
+        from testbed import preflight
+
+        toolkit = ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-runtime")
+        if not any(shutil.which(b) for b in toolkit):
+            return (
+                "runtime: docker needs the NVIDIA container toolkit for GPUs; install it "
+                "(apt-get install nvidia-container-toolkit), run `nvidia-ctk runtime configure "
+                "--runtime=docker` and restart dockerd"
+            )
+        if s.docker.image is not None:
+            return None
+        if preflight.torch_has_cuda() is False:
+            return (
+                "the default node image installs this machine's torch, a CPU-only build (no "
+                "libtorch_cuda); install a CUDA build into .venv, or name a GPU image in "
+                "docker.image (images/Dockerfile.gpu)"
+            )
+        if horovod:
+            return (
+                "the default node image's Horovod is built without NCCL; build "
+                "images/Dockerfile.gpu and name it in docker.image, or use backend: torch-ddp"
+            )
+        return None
+
+    def orphans(self) -> dict[str, list[str]]:
+        return (
+            orphans()
+            if (os.environ.get("DOCKER_HOST") or os.path.exists("/var/run/docker.sock"))
+            else {}
+        )
+
+    def remove_orphans(self, run_id: str) -> list[str]:
+        return remove_orphans(run_id)
+
+
+KIND = DockerKind()

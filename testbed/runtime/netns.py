@@ -1,109 +1,45 @@
 """The default runtime: every node is a Linux network namespace (needs root and nothing else).
 
-Building is plain netlink (netlink.py), inside each namespace (namespaces.py). Processes are
-started in a node with `nsenter`, the util-linux tool for exactly this, so that no Python code
-runs between fork and exec.
+The network over the nodes is network.py's, as for every runtime. Processes are started in a
+node with `nsenter`, the util-linux tool for exactly this, so that no Python code runs between
+fork and exec (or forked from a fork server, forkserver.py). Teardown deletes exactly what the
+run's state file records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import itertools
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pyroute2 import IPRoute
-from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed import netlink as nl
-from testbed.errors import RunFailure
-from testbed.namespaces import NETNS_DIR, create_netns, inside, remove_netns, write_sysctl
+from testbed.errors import EnvironmentProblem, RunFailure, ScenarioError
+from testbed.namespaces import NETNS_DIR, create_netns, remove_netns
 from testbed.runtime import forkserver
 from testbed.runtime.base import NodeProcess
-from testbed.shaping.stats import ClassReader
+from testbed.runtime.network import Network
 from testbed.state import RunState, proc_start_time
-from testbed.topology import (
-    IF_BRIDGE,
-    IF_DATA,
-    IF_LO,
-    IF_MGMT,
-    Host,
-    Link,
-    Switch,
-    TopologyPlan,
-    link_group,
-)
+from testbed.topology import TopologyPlan
 
 log = logging.getLogger(__name__)
 
-# Offloads that make a veth hand 64 KB super-packets to the qdisc: HTB then counts and queues
-# super-packets, so rates overshoot in bursts and a 1000-packet FIFO holds 64 MB.
-OFFLOADS_OFF = (
-    "tx-tcp-segmentation",
-    "tx-tcp6-segmentation",
-    "tx-tcp-ecn-segmentation",
-    "tx-tcp-mangleid-segmentation",
-    "tx-generic-segmentation",
-    "tx-udp-segmentation",
-    "rx-gro",
-    "rx-gro-list",
-    "rx-udp-gro-forwarding",
-)
-
-
-def open_ipr(ns: str | None) -> IPRoute:
-    if ns is not None and not (NETNS_DIR / ns).exists():
-        raise RunFailure(f"network namespace {ns} does not exist")
-    with inside(ns):
-        return IPRoute()
-
-
-class _Ethtool(IoctlEthtool):
-    """pyroute2's ioctl ethtool with the feature names read once: the kernel has one list of
-    them for every device, and decoding it took 0.7 ms per interface (0.36 s at 256 hosts)."""
-
-    _strings: dict[int, list[str]] = {}  # noqa: RUF012 - one kernel, one list per set
-
-    def get_stringset(self, set_id: int = ETH_SS_FEATURES, *args: int) -> list[str]:
-        if set_id not in self._strings:
-            self._strings[set_id] = super().get_stringset(set_id, *args)
-        return self._strings[set_id]
-
-
-def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
-    """Through pyroute2's ioctl half of ethtool, on one socket made inside `ns`: its `Ethtool`
-    also sets up a generic-netlink socket, milliseconds per call, for nothing used here."""
-    with inside(ns):
-        et = _Ethtool()
-    try:
-        for ifname in ifnames:
-            et.change_ifname(ifname)
-            feats = et.get_features()
-            off = [
-                name
-                for name in OFFLOADS_OFF
-                if name in feats and feats.is_available(name) and feats.is_active(name)
-            ]
-            for name in off:
-                feats[name] = False
-            if off:
-                et.set_features(feats)
-    finally:
-        et.close()
-
 
 class NetnsRuntime:
-    """Builds the network of `plan` (any topology kind), recording each object in `state` first."""
+    """Every node a network namespace of its own; the network over them (network.Network)."""
 
     name = "netns"
     shares_hostname = True
@@ -112,193 +48,25 @@ class NetnsRuntime:
     def __init__(self, plan: TopologyPlan, state: RunState) -> None:
         self.plan = plan
         self.state = state
-        self._iprs: dict[str | None, IPRoute] = {}
-        self._netlink: dict[str, socket.socket] = {}
-        self.classes = ClassReader(self.netlink)
+        self.net = Network(plan, state)
+        self.classes = self.net.classes
 
     def netlink(self, ns: str) -> socket.socket:
-        """The run's raw netlink socket in namespace `ns`, opened once (the build, the
-        shaping and every counter read share it; each open enters the namespace twice)."""
-        sock = self._netlink.get(ns)
-        if sock is None:
-            sock = self._netlink[ns] = nl.open_socket(ns)
-        return sock
+        return self.net.netlink(ns)
 
     def ipr(self, ns: str | None) -> IPRoute:
-        if ns not in self._iprs:
-            self._iprs[ns] = open_ipr(ns)
-        return self._iprs[ns]
+        return self.net.ipr(ns)
 
     def close(self) -> None:
-        """Every socket the runtime opened: a socket holds its namespace, which the kernel
-        frees only once the last one is closed."""
-        self.classes.close()
-        for sock in self._netlink.values():
-            sock.close()
-        self._netlink.clear()
-        for ipr in self._iprs.values():
-            with contextlib.suppress(Exception):
-                ipr.close()
-        self._iprs.clear()
+        self.net.close()
 
-    def _ifindex(self, ns: str | None, ifname: str) -> int:
-        found = self.ipr(ns).link_lookup(ifname=ifname)
-        if not found:
-            raise RunFailure(f"interface {ifname} not found in {ns or 'the root namespace'}")
-        return found[0]
-
-    def _make_nodes(self) -> None:
-        """Every node's network namespace, named as the plan says (the docker runtime makes
-        the hosts' as containers instead)."""
+    def build(self) -> None:
+        """The nodes (a namespace each, named as the plan says), then the network over them."""
         p = self.plan
         self.state.record(*({"kind": "netns", "name": ns} for ns in p.namespaces))
         for ns in p.namespaces:
             create_netns(ns)
-
-    def build(self) -> None:
-        """Every namespace's requests go out together (netlink.Batch): first what creates
-        interfaces (bridges, and veths made in the switch with the peer placed straight into
-        the far namespace), then, once they all exist, addresses, routes and management."""
-        p = self.plan
-        self._make_nodes()
-        fds: dict[str | None, int] = {}
-        try:
-            # what lands in the root namespace is recorded before it exists
-            self.state.record(
-                {"kind": "link-group", "netns": None, "group": link_group(p.run_id)},
-                {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"},
-                *(
-                    {"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
-                    for h in p.hosts
-                ),
-            )
-            for ns in p.namespaces:
-                fds[ns] = nl.netns_fd(ns)
-            fds[None] = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            create = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}
-            configure = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}
-            for ns in p.namespaces:
-                # No IPv6: router solicitations and MLD reports would be stray traffic in the
-                # class counters, and the testbed's addresses are IPv4 only.
-                write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1",
-                             "net.ipv6.conf.default.disable_ipv6", "1")  # fmt: skip
-                create[ns].add(nl.link_up(IF_LO), "lo up")
-            for sw in p.switches:
-                self._build_switch(sw, create[sw.netns], configure[sw.netns])
-            for lk in p.links:
-                self._build_link(lk, create[lk.a.netns], create[lk.b.netns], fds)
-                peer = lk.a if lk.tier == "host" else lk.b  # the end placed from afar
-                configure[peer.netns].add(nl.link_up(peer.index), f"{peer.ifname} up")
-                for end in (lk.a, lk.b):
-                    if end.address is not None:
-                        configure[end.netns].add(
-                            nl.address(end.index, end.address),
-                            f"address {end.address} on {end.ifname}",
-                        )
-            for h in p.hosts:
-                self._configure_host(h, configure[h.netns], fds[None])
-            for r in p.routes:
-                configure[r.netns].add(nl.route(r.dst, r.via), f"route to {r.dst}")
-            for phase in (create, configure):
-                for ns in p.namespaces:
-                    phase[ns].commit()
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-        for sw in p.switches:
-            ports = [lk.b.ifname for lk in p.links if lk.b.node == sw.name]
-            ports += [lk.a.ifname for lk in p.links if lk.a.node == sw.name]
-            disable_offloads(sw.netns, ports)
-        for h in p.hosts:
-            disable_offloads(h.netns, [h.data_if])
-            if p.tcp_congestion is not None:  # per namespace; new ones copy the machine's
-                write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", p.tcp_congestion)
-        self._build_management()
-
-    def _build_switch(self, sw: Switch, create: nl.Batch, configure: nl.Batch) -> None:
-        """A bridge for the hosts (tor, leaf); routing on (leaf, spine). The switch is ours and
-        has no netfilter rules: br_netfilter (loaded by dockerd, among others) would pass
-        every bridged frame through netfilter there, so that is off."""
-        pairs = [
-            (f"net.bridge.bridge-nf-call-{f}", "0") for f in ("iptables", "ip6tables", "arptables")
-        ]
-        if sw.role != "tor":
-            pairs.append(("net.ipv4.ip_forward", "1"))
-            # ECMP by 5-tuple, so the flows between two hosts spread over the spines
-            pairs.append(("net.ipv4.fib_multipath_hash_policy", "1"))
-            # replies may come back over another spine than their request took
-            pairs += [(f"net.ipv4.conf.{conf}.rp_filter", "0") for conf in ("all", "default")]
-        write_sysctl(sw.netns, *(x for pair in pairs for x in pair))
-        if sw.bridge is None:
-            return
-        create.add(nl.bridge(sw.bridge, IF_BRIDGE), f"bridge {sw.bridge}")
-        if sw.gateway is not None:
-            configure.add(nl.address(IF_BRIDGE, sw.gateway), f"address {sw.gateway} on {sw.bridge}")
-
-    def _build_link(self, lk: Link, a: nl.Batch, b: nl.Batch, fds: dict[str | None, int]) -> None:
-        """A host link is made in its switch (the port joins the bridge as it is created),
-        with the host's end placed in the host; a fabric link in its leaf."""
-        mtu = self.plan.mtu if self.plan.mtu != 1500 else None  # else the kernel default
-        if lk.tier == "host":
-            b.add(
-                nl.veth(
-                    lk.b.ifname,
-                    lk.b.index,
-                    lk.a.ifname,
-                    lk.a.index,
-                    fds[lk.a.netns],
-                    IF_BRIDGE,
-                    mtu,
-                ),
-                f"veth {lk.b.ifname} to {lk.a.node}",
-            )
-        else:
-            a.add(
-                nl.veth(
-                    lk.a.ifname, lk.a.index, lk.b.ifname, lk.b.index, fds[lk.b.netns], None, mtu
-                ),
-                f"veth {lk.a.ifname} to {lk.b.node}",
-            )
-
-    def _configure_host(self, h: Host, batch: nl.Batch, root_fd: int) -> None:
-        """Its data address and route, and its management veth, made here with the peer in
-        the root namespace (where the kernel picks the peer's index)."""
-        batch.add(
-            nl.address(IF_DATA, ipaddress.IPv4Interface(f"{h.data_ip}/{h.prefixlen}")),
-            f"address {h.data_ip} on {h.data_if}",
-        )
-        if h.gateway is not None:  # the data prefix only: no default route, nothing leaves
-            batch.add(nl.route(self.plan.data_prefix, (h.gateway,)), "route to the data prefix")
-        batch.add(nl.veth(h.mgmt_if, IF_MGMT, h.mgmt_peer, 0, root_fd), f"veth {h.mgmt_if}")
-        mgmt = ipaddress.IPv4Interface(f"{h.mgmt_ip}/{self.plan.mgmt_prefix.prefixlen}")
-        batch.add(nl.address(IF_MGMT, mgmt), f"address {h.mgmt_ip} on {h.mgmt_if}")
-
-    def _build_management(self) -> None:
-        """Root-namespace bridge with one isolated port per host: root reaches every host,
-        hosts cannot reach each other this way, and nothing here is shaped. The hosts made
-        the veths (build); here their root ends join the bridge, by name."""
-        p = self.plan
-        root = nl.Batch(None)
-        root.add(nl.bridge(p.mgmt_bridge, 0, link_group(p.run_id)), f"bridge {p.mgmt_bridge}")
-        root.commit()
-        write_sysctl(None, f"net.ipv6.conf.{p.mgmt_bridge}.disable_ipv6", "1")
-        mbr = self._ifindex(None, p.mgmt_bridge)
-        root.add(
-            nl.address(
-                mbr, ipaddress.IPv4Interface(f"{p.mgmt_bridge_ip}/{p.mgmt_prefix.prefixlen}")
-            ),
-            f"address {p.mgmt_bridge_ip} on {p.mgmt_bridge}",
-        )
-        write_sysctl(
-            None, *(x for h in p.hosts for x in (f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1"))
-        )
-        for h in p.hosts:
-            root.add(
-                nl.enslave(h.mgmt_peer, mbr, link_group(p.run_id)),
-                f"{h.mgmt_peer} into {p.mgmt_bridge}",
-            )
-            root.add(nl.isolate_port(h.mgmt_peer), f"isolating {h.mgmt_peer}")
-        root.commit()
+        self.net.build()
 
     def spawn(
         self,
@@ -311,7 +79,7 @@ class NetnsRuntime:
 
     def spawn_python(
         self,
-        ns: str,
+        ns: str | None,
         module: str,
         argv: list[str],
         log_path: Path,
@@ -320,21 +88,7 @@ class NetnsRuntime:
         gid: int | None = None,
         new_uts: bool = False,
     ) -> NodeProcess:
-        """Start Python program `module` inside namespace `ns` with this interpreter. With
-        `preload`, it is forked (its `main(argv)`) from a server that imported those modules
-        once for this process (see forkserver.py); a group or a UTS namespace needs one."""
-        if not preload:
-            if gid is not None or new_uts:
-                raise ValueError("gid and new_uts need the fork server: give preload")
-            return self.spawn(ns, [sys.executable, "-m", module, *argv], log_path, env)
-        fs = forkserver.shared(tuple(preload), log_path.parent / "forkserver.log")
-        try:
-            return fs.spawn(
-                NETNS_DIR / ns, module, argv, log_path, dict(env or {}), gid=gid, new_uts=new_uts
-            )
-        except RunFailure:
-            forkserver.discard(tuple(preload))
-            raise
+        return spawn_python(ns, module, argv, log_path, env, preload, gid, new_uts)
 
     def net_exec(
         self, ns: str, argv: Sequence[str], timeout: float = 20
@@ -344,6 +98,33 @@ class NetnsRuntime:
 
     def check(self) -> None:
         """A namespace cannot die by itself while the run holds it."""
+
+
+def spawn_python(
+    ns: str | None,
+    module: str,
+    argv: list[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    preload: Sequence[str] = (),
+    gid: int | None = None,
+    new_uts: bool = False,
+) -> NodeProcess:
+    """Start Python program `module` with this interpreter inside namespace `ns` (None: this
+    machine's own, where a run's services such as torch's store live). With `preload`, it is
+    forked (its `main(argv)`) from a server that imported those modules once for this process
+    (see forkserver.py); a group or a UTS namespace needs one."""
+    path = NETNS_DIR / ns if ns is not None else Path(f"/proc/{os.getpid()}/ns/net")
+    if not preload:
+        if gid is not None or new_uts:
+            raise ValueError("gid and new_uts need the fork server: give preload")
+        return spawn_in_netns(path, [sys.executable, "-m", module, *argv], log_path, env)
+    fs = forkserver.shared(tuple(preload), log_path.parent / "forkserver.log")
+    try:
+        return fs.spawn(path, module, argv, log_path, dict(env or {}), gid=gid, new_uts=new_uts)
+    except RunFailure:
+        forkserver.discard(tuple(preload))
+        raise
 
 
 def spawn_in_netns(
@@ -543,3 +324,72 @@ def _delete_group(group: int, ours: set[str]) -> list[str]:
 
 def _link_exists(ifname: str) -> bool:
     return os.path.exists(f"/sys/class/net/{ifname}")
+
+
+class NetnsKind:
+    """The netns runtime's part in the registry (runtime/registry.py): how a run gets its
+    runtime, how a user reaches a host, what its hosts' Python can do with GPUs."""
+
+    name = "netns"
+
+    def prepare(self, s: Any, run_id: str, progress: Callable[[str], None]) -> None:
+        """Nothing to build before a run."""
+
+    def create(
+        self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
+        gpus: dict[str, list[int]],
+    ) -> NetnsRuntime:  # fmt: skip
+        return NetnsRuntime(plan, state)
+
+    def teardown(self, state: RunState) -> list[str]:
+        return teardown(state)
+
+    def exec_argv(
+        self, st: RunState, host: dict[str, Any], command: list[str], tty: bool
+    ) -> list[str]:
+        """`nsenter --net` into the host's namespace: the command runs with this machine's
+        file system, inside the host's network."""
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise EnvironmentProblem("nsenter is not on PATH (apt-get install util-linux)")
+        path = NETNS_DIR / host["netns"]
+        if not path.exists():
+            raise ScenarioError(
+                f"run {st.run_id}: host {host['name']}'s namespace is gone ({path})"
+            )
+        return [nsenter, f"--net={path}", "--", *command]
+
+    def shell(self, prompt: str) -> list[str]:
+        """The user's own shell; bash is told the prompt (no rc file, which would hide it)."""
+        shell = os.environ.get("SHELL") or "/bin/bash"
+        if os.path.basename(shell) == "bash":
+            return ["env", f"PS1={prompt}", shell, "--norc", "-i"]
+        return [shell, "-i"]
+
+    def gpu_stack(self, s: Any, horovod: bool) -> str | None:
+        """Why the hosts' Python (this machine's .venv) cannot train on GPUs, or None."""
+        from testbed import preflight
+
+        if preflight.torch_has_cuda() is False:
+            return (
+                "the installed torch is a CPU-only build (no libtorch_cuda); install a CUDA "
+                "build into .venv (.venv/bin/pip install torch --index-url "
+                "https://download.pytorch.org/whl/cu130, the CUDA of your driver), or leave gpus out"
+            )
+        if horovod and not preflight.horovod_has_nccl():
+            return (
+                "the installed Horovod is built without NCCL (CPU only); build the GPU wheel with "
+                "`bash scripts/build-horovod.sh --gpu` and install it into .venv, or use "
+                "backend: torch-ddp"
+            )
+        return None
+
+    def orphans(self) -> dict[str, list[str]]:
+        """Nothing of a namespace outlives its state file unrecorded."""
+        return {}
+
+    def remove_orphans(self, run_id: str) -> list[str]:
+        return []
+
+
+KIND = NetnsKind()

@@ -15,10 +15,10 @@ import pytest
 
 from testbed.images import ensure_node_image
 from testbed.metrics.prometheus import scalar
+from testbed.resolve import load_scenario_data
 from testbed.runtime.docker import DockerRuntime, client
 from testbed.runtime.docker import teardown as docker_teardown
 from testbed.runtime.netns import pids_in
-from testbed.scenario import load_scenario_data
 from testbed.state import STATE_DIR, RunState
 from testbed.topology import single_tor
 from tests.bounds import rate_at_least, time_at_most

@@ -3,7 +3,7 @@ failure cannot cascade into the tests after it."""
 
 import pytest
 
-from testbed.runtime.base import teardown
+from testbed.runtime.registry import teardown
 from testbed.state import all_states
 
 from .helpers import present_objects

@@ -15,7 +15,7 @@ from typing import Any
 
 from testbed.namespaces import NETNS_DIR
 from testbed.orchestrator import run
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 from testbed.state import STATE_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

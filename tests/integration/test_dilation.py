@@ -11,7 +11,7 @@ import json
 import pytest
 
 from testbed.metrics.prometheus import scalar
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 from testbed.workloads.training.predict import for_scenario
 from tests.bounds import rate_at_least, time_at_most
 from tests.needs import need

@@ -20,8 +20,8 @@ from testbed.metrics import prometheus as prom
 from testbed.metrics.exporters import orchestrator_exporter
 from testbed.metrics.prometheus import Prometheus, cross_check
 from testbed.namespaces import NETNS_DIR, create_netns
-from testbed.runtime.base import teardown
 from testbed.runtime.netns import kill_processes, pids_in, spawn_in_netns
+from testbed.runtime.registry import teardown
 from testbed.state import STATE_DIR, RunState
 
 from .helpers import ROOT, present_objects, run_cli, running, spawn_up
@@ -278,7 +278,7 @@ def test_prometheus_that_never_gets_ready_is_not_orphaned(tmp_path, monkeypatch)
     monkeypatch.setattr(prom, "READY_TIMEOUT_S", 2.0)
     from testbed.errors import RunFailure
     from testbed.orchestrator import run
-    from testbed.scenario import load_scenario_data
+    from testbed.resolve import load_scenario_data
 
     s = load_scenario_data(
         {"name": "fakeprom", "duration": "3s", "measure": {"warmup": "1s", "cooldown": "0s"},
@@ -384,7 +384,7 @@ def test_a_failing_metrics_stop_still_closes_netlink(tmp_path):
     namespaces is closed (they were skipped when stopping the metrics raised)."""
     from testbed.errors import RunFailure
     from testbed.orchestrator import run
-    from testbed.scenario import load_scenario_data
+    from testbed.resolve import load_scenario_data
 
     sd = tmp_path / "sd"
     run_id = "5dfa11"

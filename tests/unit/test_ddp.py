@@ -6,9 +6,9 @@ import pytest
 
 from testbed import preflight
 from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.scenario import load_scenario_data
-from testbed.workloads.training.ddp import gpu_assignment
+from testbed.resolve import load_scenario_data
 from testbed.workloads.training.ddp_worker import buckets_for
+from testbed.workloads.training.gpus import gpu_assignment
 from tests.needs import need
 
 MiB = 2**20
@@ -89,10 +89,10 @@ def test_workers_may_share_a_gpu_with_a_warning(monkeypatch):
     """Two workers on one GPU: allowed (each has its own NCCL_HOSTID), said in a warning."""
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
     monkeypatch.setattr(preflight, "torch_has_cuda", lambda: True)
-    w = preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 1}))
+    w = preflight.check_workloads(_gpu_scenario({"backend": "torch-ddp", "gpus": 1}))
     assert len(w) == 1 and "2 workers share" in w[0]
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1])
-    assert preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 1})) == []
+    assert preflight.check_workloads(_gpu_scenario({"backend": "torch-ddp", "gpus": 1})) == []
 
 
 def test_gpu_refusals_name_the_field_and_the_fix(monkeypatch):
@@ -101,28 +101,28 @@ def test_gpu_refusals_name_the_field_and_the_fix(monkeypatch):
     monkeypatch.setattr(preflight, "torch_has_cuda", lambda: False)
     for job in ({"backend": "torch-ddp", "gpus": 1}, {"gpus": 1}):
         with pytest.raises(EnvironmentProblem, match=r"CPU-only build.*download\.pytorch\.org"):
-            preflight.check_gpus(_gpu_scenario(job))
+            preflight.check_workloads(_gpu_scenario(job))
     monkeypatch.setattr(preflight, "torch_has_cuda", lambda: True)
     with pytest.raises(EnvironmentProblem, match="ask for at most 1"):
-        preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": 2}))
+        preflight.check_workloads(_gpu_scenario({"backend": "torch-ddp", "gpus": 2}))
     with pytest.raises(EnvironmentProblem, match=r"devices \[3\] do not exist"):
-        preflight.check_gpus(_gpu_scenario({"backend": "torch-ddp", "gpus": [3]}))
+        preflight.check_workloads(_gpu_scenario({"backend": "torch-ddp", "gpus": [3]}))
     # Horovod on a GPU needs a wheel with NCCL: the one installed here (install.sh's) has none
     monkeypatch.setattr(preflight, "horovod_has_nccl", lambda python=None: False)
     with pytest.raises(EnvironmentProblem, match=r"scripts/build-horovod\.sh --gpu"):
-        preflight.check_gpus(_gpu_scenario({"gpus": 1}))
+        preflight.check_workloads(_gpu_scenario({"gpus": 1}))
     monkeypatch.setattr(preflight, "horovod_has_nccl", lambda python=None: True)
-    assert preflight.check_gpus(_gpu_scenario({"gpus": 1}))  # only the sharing warning
+    assert preflight.check_workloads(_gpu_scenario({"gpus": 1}))  # only the sharing warning
     monkeypatch.setattr(preflight.shutil, "which", lambda b: "/usr/bin/" + b)  # a toolkit
     with pytest.raises(EnvironmentProblem, match=r"Dockerfile\.gpu"):
-        preflight.check_gpus(_gpu_scenario({"gpus": 1}, runtime="docker"))
-    assert preflight.check_gpus(_gpu_scenario({"gpus": 1}, runtime="docker", image="mine"))
+        preflight.check_workloads(_gpu_scenario({"gpus": 1}, runtime="docker"))
+    assert preflight.check_workloads(_gpu_scenario({"gpus": 1}, runtime="docker", image="mine"))
     # the default node image installs this machine's torch; a user's image is its own business
     monkeypatch.setattr(preflight, "torch_has_cuda", lambda: False)
     ddp = {"backend": "torch-ddp", "gpus": 1}
     with pytest.raises(EnvironmentProblem, match="CPU-only build"):
-        preflight.check_gpus(_gpu_scenario(ddp, runtime="docker"))
-    assert preflight.check_gpus(_gpu_scenario(ddp, runtime="docker", image="mine"))
+        preflight.check_workloads(_gpu_scenario(ddp, runtime="docker"))
+    assert preflight.check_workloads(_gpu_scenario(ddp, runtime="docker", image="mine"))
 
 
 def test_the_cpu_torch_installed_here_is_seen_as_cpu_only():
@@ -155,13 +155,16 @@ def test_a_horovod_that_does_not_import_is_an_error_not_no_nccl(tmp_path):
 
 def test_each_gpu_worker_is_its_own_nccl_host(monkeypatch, tmp_path):
     from testbed.topology import single_tor
+    from testbed.workloads.controller import Context
     from testbed.workloads.training.ddp import DdpJob
 
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0])
     s = _gpu_scenario({"backend": "torch-ddp", "gpus": 1})
-    job = DdpJob(s.workloads.horovod, s, single_tor(s, "abc123"), None, tmp_path)
+    job = DdpJob(
+        "horovod", s.workloads.horovod, Context(s, single_tor(s, "abc123"), None, tmp_path)
+    )
     assert job.devices == [[0], [0]] and job.on_gpu
-    envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
+    envs = [job._device_env(h, d) for h, d in zip(job.hosts(), job.devices, strict=True)]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "0"]
     assert len({e["NCCL_HOSTID"] for e in envs}) == 2
 
@@ -172,23 +175,26 @@ def test_a_container_counts_its_gpus_from_zero(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from testbed.topology import single_tor
+    from testbed.workloads.controller import Context
     from testbed.workloads.training.ddp import DdpJob
 
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1, 2, 3])
     s = _gpu_scenario({"backend": "torch-ddp", "gpus": 2})
     for renumbers, want in ((False, ["0,1", "2,3"]), (True, ["0,1", "0,1"])):
         rt = SimpleNamespace(renumbers_gpus=renumbers)
-        job = DdpJob(s.workloads.horovod, s, single_tor(s, "abc123"), rt, tmp_path)
+        job = DdpJob(
+            "horovod", s.workloads.horovod, Context(s, single_tor(s, "abc123"), rt, tmp_path)
+        )
         assert job.devices == [[0, 1], [2, 3]]  # what the container is given
-        envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
+        envs = [job._device_env(h, d) for h, d in zip(job.hosts(), job.devices, strict=True)]
         assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == want
         assert {e["CUDA_DEVICE_ORDER"] for e in envs} == {"PCI_BUS_ID"}  # nvidia-smi's order
     # `all`: the second container is given [1, 0] and starts on host GPU 1, its device 1
     s = _gpu_scenario({"backend": "torch-ddp", "gpus": "all"})
     monkeypatch.setattr(preflight, "visible_gpus", lambda: [0, 1])
-    job = DdpJob(s.workloads.horovod, s, single_tor(s, "abc123"),
-                 SimpleNamespace(renumbers_gpus=True), tmp_path)  # fmt: skip
-    envs = [job._device_env(h, d) for h, d in zip(job.hosts, job.devices, strict=True)]
+    job = DdpJob("horovod", s.workloads.horovod,
+                 Context(s, single_tor(s, "abc123"), SimpleNamespace(renumbers_gpus=True), tmp_path))  # fmt: skip
+    envs = [job._device_env(h, d) for h, d in zip(job.hosts(), job.devices, strict=True)]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "1,0"]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from testbed import dilation
 from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data, wall_scenario
 
 THESIS = {
     "name": "t",
@@ -30,7 +30,7 @@ THESIS = {
 
 def test_the_machine_runs_the_thesis_at_a_hundredth_with_every_size_kept():
     s = load_scenario_data(THESIS, "t.yaml")
-    w = dilation.wall_scenario(s)
+    w = wall_scenario(s)
     assert w.time_scale == 1
     assert w.topology.link_rate == 100_000_000  # 10 Gbit/s / 100
     assert w.topology.delay == pytest.approx(1e-3)  # 10 µs × 100
@@ -54,8 +54,8 @@ def test_the_machine_runs_the_thesis_at_a_hundredth_with_every_size_kept():
 
 
 def test_a_profile_keeps_its_shape_when_dilated(tmp_path):
-    from testbed.workloads import derive
     from testbed.workloads.training import models
+    from testbed.workloads.training.spec import layers_for
 
     trace = tmp_path / "p.txt"
     trace.write_text("1 a 1000 3000 0 4000\n2 b 500 1000 0 8000\n")  # µs
@@ -63,7 +63,7 @@ def test_a_profile_keeps_its_shape_when_dilated(tmp_path):
         {"name": "p", "time_scale": 10, "topology": {"hosts": 2, "link_rate": "1gbit"},
          "workloads": {"horovod": {"profile": str(trace)}}}, "p.yaml"
     )  # fmt: skip
-    layers = derive.layers_for(dilation.wall_scenario(s).workloads.horovod)
+    layers = layers_for(wall_scenario(s).workloads.horovod)
     times = [t for x in layers for t in (x.forward_s, x.backward_s)]
     assert times == pytest.approx([0.01, 0.03, 0.005, 0.01])
     assert models.total_compute(layers) == pytest.approx(0.055)
@@ -71,7 +71,7 @@ def test_a_profile_keeps_its_shape_when_dilated(tmp_path):
 
 def test_time_scale_one_changes_nothing():
     s = load_scenario_data({**THESIS, "time_scale": 1}, "t.yaml")
-    assert dilation.wall_overrides(s) == {} and dilation.wall_scenario(s) is s
+    assert dilation.wall_overrides(s) == {} and wall_scenario(s) is s
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,10 @@ def test_the_summary_comes_back_in_scenario_time():
                       "bulk": [{"goodput_bps": 95e6, "bytes": 9}],
                       "short": {"fct_s": {"mean": 0.5, "p50": 0.4, "p99": 0.9, "count": 4}}},
     }  # fmt: skip
-    s = dilation.scenario_summary(wall, 100)
+    from testbed import expect
+
+    templates = expect.template_for(load_scenario_data(THESIS, "t.yaml"))
+    s = dilation.scenario_summary(wall, 100, templates)
     assert s["time_scale"] == 100 and s["wall"]["duration_s"] == 1200.0
     assert s["duration_s"] == 12.0 and s["window"]["span_s"] == 8.0
     assert s["window"]["start"] == 205.0  # wall-clock edges stay wall-clock

@@ -9,7 +9,7 @@ import pytest
 
 from testbed import expect
 from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 
 BASE = {
     "name": "e",
@@ -39,12 +39,14 @@ def _scenario(checks):
 
 
 def _run(checks, predicted=None):
-    return expect.evaluate(_scenario(checks).checks(), SUMMARY, predicted)
+    s = _scenario(checks)
+    return expect.evaluate(expect.parse(s.expect, s), SUMMARY, {"horovod": predicted})
 
 
 def test_units_are_read_in_the_metrics_own_kind():
-    c = _scenario(["websearch.fct_s.small.p99 < 20ms", "links.*.rate_bps >= 1gbit",
-                   "horovod.iterations >= 30"]).checks()  # fmt: skip
+    s = _scenario(["websearch.fct_s.small.p99 < 20ms", "links.*.rate_bps >= 1gbit",
+                   "horovod.iterations >= 30"])  # fmt: skip
+    c = expect.parse(s.expect, s)
     assert [x.value for x in c] == [0.020, 1e9, 30.0]
 
 
@@ -85,7 +87,10 @@ def test_a_missing_value_fails_and_says_so():
         (["horovod.iterations > 5ms"], r"expect\[0\]: .*plain number"),
         (["linkcheck.link_rate_bps > 1mbit"], r"expect\[0\]: .*no 'linkcheck'"),
         (["websearch.censored < 2 * horovod.iteration_time_s.mean"], r"different kinds"),
-        (["websearch.fct_s.small.p99 < 2 * predicted"], r"compare a horovod time"),
+        (
+            ["websearch.fct_s.small.p99 < 2 * predicted"],
+            r"websearch \(websearch\) has no model to predict it",
+        ),
         ([5], r"expect\[0\]: must be a string, got 5"),
     ],
 )
@@ -97,7 +102,9 @@ def test_malformed_checks_name_their_index(checks, needle):
 def test_predicted_needs_a_synthetic_job():
     data = {**BASE, "workloads": {"horovod": {"mode": "real"}},
             "expect": ["horovod.iteration_time_s.mean < 2 * predicted"]}  # fmt: skip
-    with pytest.raises(ScenarioError, match=r"expect\[0\]: 'predicted' needs a synthetic"):
+    with pytest.raises(
+        ScenarioError, match=r"expect\[0\]: 'predicted': horovod: the model predicts synthetic"
+    ):
         load_scenario_data(data, "s.yaml")
 
 
@@ -118,7 +125,7 @@ def test_junit_holds_one_case_per_check_with_the_measured_value():
 def test_the_ci_example_loads_with_its_checks():
     from pathlib import Path
 
-    from testbed.scenario import load_scenario
+    from testbed.resolve import load_scenario
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "examples/ci/smoke-expect.yaml")
-    assert len(s.checks()) == 4
+    assert len(expect.parse(s.expect, s)) == 4

@@ -4,7 +4,7 @@ import pytest
 
 from testbed import hostcpu
 from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 
 
 def test_busy_and_steal_shares_between_two_reads():

@@ -1,7 +1,7 @@
 import pytest
 
 from testbed.metrics import describe, percentile
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 from testbed.topology import single_tor
 from testbed.workloads.linkcheck.controller import goodput_bps, pairs
 

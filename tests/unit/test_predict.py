@@ -88,7 +88,7 @@ def test_compute_bound_and_network_bound_by_hand():
 def test_the_ring_gets_more_of_the_link_with_jumbo_frames():
     """By hand: two 1448-byte payloads per two 1514-byte frames and one 66-byte ACK is
     2896 / 3094; with a 9000-byte MTU, 2 · 8948 / (2 · 9014 + 66) = 17896 / 18094."""
-    from testbed.scenario import load_scenario_data
+    from testbed.resolve import load_scenario_data
     from testbed.workloads.training.predict import ack_efficiency, for_scenario
 
     assert ack_efficiency() == pytest.approx(2896 / 3094)

@@ -6,7 +6,7 @@ import pytest
 
 from testbed import preflight
 from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data, with_overrides
 
 N = ipaddress.IPv4Network
 
@@ -63,7 +63,7 @@ def test_an_explicit_prefix_in_use_is_refused_by_name(routes):
 
 
 def test_overrides_keep_defaults_movable():
-    s = scenario().with_overrides({"topology.link_rate": "1gbit"})
+    s = with_overrides(scenario(), {"topology.link_rate": "1gbit"})
     assert "prefix" not in s.topology.model_fields_set
-    s = scenario(prefix="10.50.0.0/24").with_overrides({"topology.link_rate": "1gbit"})
+    s = with_overrides(scenario(prefix="10.50.0.0/24"), {"topology.link_rate": "1gbit"})
     assert "prefix" in s.topology.model_fields_set

@@ -73,7 +73,7 @@ def test_nine_classes_are_refused_htb_has_eight_priorities():
 
 def test_nine_classes_in_a_scenario_name_the_field(tmp_path):
     from testbed.errors import ScenarioError
-    from testbed.scenario import load_scenario
+    from testbed.resolve import load_scenario
 
     rows = "".join(f"  - {{name: c{i}, dscp: [{i + 1}]}}\n" for i in range(9))
     (tmp_path / "nine.yaml").write_text(f"name: nine\nclasses:\n{rows}")

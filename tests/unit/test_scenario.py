@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from testbed.errors import ScenarioError
-from testbed.scenario import dump_scenario, json_schema, load_scenario, load_scenario_data
+from testbed.resolve import load_scenario, load_scenario_data
+from testbed.scenario import dump_scenario, json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "topology": {"hosts": 4}}
@@ -318,6 +319,13 @@ def _string_pattern(schema: dict, where: str) -> str:
     defs = schema["$defs"]
     node = schema
     for key in where.split("."):
+        if "properties" not in node and "additionalProperties" in node:
+            # workloads: an instance named as its kind is one of the kinds' configurations
+            refs = [r["$ref"].rsplit("/", 1)[1] for r in node["additionalProperties"]["anyOf"]]
+            node = next(
+                defs[r] for r in refs if defs[r]["properties"]["kind"].get("default") == key
+            )
+            continue
         prop = node["properties"][key]
         if "$ref" in prop or ("anyOf" in prop and "$ref" in prop["anyOf"][0]):
             ref = prop.get("$ref") or prop["anyOf"][0]["$ref"]

@@ -11,7 +11,7 @@ import yaml
 from testbed import errors
 from testbed import sweep as sw
 from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario
+from testbed.resolve import load_scenario, with_overrides
 from testbed.workloads.websearch.controller import planned_flows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +170,7 @@ def test_planned_flows_match_the_thesis_grid_sizing():
     base = load_scenario(ROOT / "examples" / "thesis-grid-base.yaml")
     small = 0
     for seed in (1, 2, 3):
-        flows = planned_flows(base.with_overrides({"seed": seed}))
+        flows = planned_flows(with_overrides(base, {"seed": seed}))
         small += sum(1 for _, _, size in flows if size_class(size) == "small")
     assert small >= 150
     # and the per-host rate is the thesis': 3.125 % of 100 Mbit/s with 1.71 MB flows

@@ -3,7 +3,7 @@ import ipaddress
 import pytest
 
 from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario_data
+from testbed.resolve import load_scenario_data
 from testbed.shaping.plan import HtbClass, LinkSpec, plan_links
 from testbed.shaping.profile import TcProfile, load_profile_data
 from testbed.topology import build_plan, new_run_id, single_tor, valid_run_id

@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from testbed.errors import ScenarioError
-from testbed.scenario import dump_scenario, load_scenario, load_scenario_data
-from testbed.workloads.derive import layers_for
+from testbed.resolve import load_scenario, load_scenario_data, with_overrides
+from testbed.scenario import dump_scenario
 from testbed.workloads.training import models
+from testbed.workloads.training.spec import layers_for
 from testbed.workloads.websearch import flowsizes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,13 +210,14 @@ def test_a_resolved_scenario_can_be_changed_and_re_resolved():
 
 def test_overrides_replace_the_partner_input():
     s = scenario(horovod={"compute_time": "1s"}, websearch={"arrival_rate": 2, "tc_class": "low"})
-    o = s.with_overrides(
+    o = with_overrides(
+        s,
         {
             "workloads.horovod.compute_to_network_ratio": 8,
             "workloads.websearch.utilization": "25%",
             "workloads.websearch.dscp": "EF",
             "seed": 7,
-        }
+        },
     )
     h, w = o.workloads.horovod, o.workloads.websearch
     assert (h.compute_time, h.compute_to_network_ratio) == (None, 8)
@@ -224,7 +226,7 @@ def test_overrides_replace_the_partner_input():
     with pytest.raises(
         ScenarioError, match=r"topology\.hosts\.x: topology\.hosts is not a mapping"
     ):
-        s.with_overrides({"topology.hosts.x": 1})
+        with_overrides(s, {"topology.hosts.x": 1})
 
 
 @pytest.mark.parametrize("where", ["horovod", "websearch"])

@@ -8,29 +8,16 @@ import csv
 import itertools
 import json
 import logging
-import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from testbed.errors import RunFailure
 from testbed.metrics import describe
-from testbed.runtime.base import NodeProcess, Runtime
-from testbed.scenario import LinkcheckWorkload, Scenario
-from testbed.stopping import checkpoint
 from testbed.topology import Host, TopologyPlan
-from testbed.workloads.procs import Synchronised, present, stop_all
+from testbed.workloads.controller import Context, Controller
+from testbed.workloads.linkcheck.spec import LinkcheckWorkload
 
 log = logging.getLogger(__name__)
 NODE_MODULE = "testbed.workloads.linkcheck.node"
-
-
-@dataclass
-class _Proc:
-    role: str
-    host: Host
-    popen: NodeProcess
-    out: Path
 
 
 def pairs(topo: TopologyPlan, pattern: str) -> list[tuple[Host, Host]]:
@@ -64,62 +51,29 @@ def goodput_bps(samples: list[list[float]], t_from: float, t_to: float) -> float
     return (_interp(samples, t_to) - _interp(samples, t_from)) * 8 / (t_to - t_from)
 
 
-class Linkcheck(Synchronised):
-    name = "linkcheck"
+class Linkcheck(Controller):
+    kind = "linkcheck"
 
-    def __init__(
-        self,
-        cfg: LinkcheckWorkload,
-        s: Scenario,
-        topo: TopologyPlan,
-        rt: Runtime,
-        run_dir: Path,
-    ) -> None:
-        self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
-        self.dir = run_dir / "linkcheck"
-        self.procs: list[_Proc] = []
-        self.pairs = pairs(topo, cfg.pattern)
-        prof = s.tc_profile
+    def __init__(self, name: str, cfg: LinkcheckWorkload, ctx: Context) -> None:
+        super().__init__(name, cfg, ctx)
+        self.pairs = pairs(self.topo, cfg.pattern)
+        prof = self.s.tc_profile
         if cfg.bulk_dscp is not None:
             self.bulk_dscp = list(cfg.bulk_dscp)
         else:
             classes = cfg.bulk_classes if cfg.bulk_classes is not None else prof.class_names
             self.bulk_dscp = [prof.cls(c).mark for c in classes]
-        self.short_class = cfg.short_class or s.tc_profile.class_names[0]
-
-    def ready(self) -> tuple[int, int]:
-        clients = [p for p in self.procs if p.role == "client"]
-        return present(p.out.with_suffix(".ready") for p in clients), len(clients)
-
-    def draining(self) -> bool:
-        """Clients stop by themselves at the end of the run; until they have, their bytes
-        are not all on the wire and the final link counters would miss them."""
-        return not self.clients_done()
+        self.short_class = cfg.short_class or prof.class_names[0]
 
     def launch(self) -> None:
-        """Servers listen at once; clients wait for the go file and start together at t0."""
+        """Servers listen at once and run until stopped; clients wait for the go file, start
+        together at the instance's start and stop by themselves at its end."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        port = str(self.cfg.port)
         for h in sorted({dst for _, dst in self.pairs}, key=lambda h: h.index):
             out = self.dir / f"server-{h.name}.json"
-            argv = [
-                "server",
-                "--bind",
-                str(h.data_ip),
-                "--port",
-                str(self.cfg.port),
-                "--out",
-                str(out),
-            ]
-            self.procs.append(
-                _Proc(
-                    "server",
-                    h,
-                    self.rt.spawn_python(
-                        h.netns, NODE_MODULE, argv, self.dir / f"server-{h.name}.log"
-                    ),
-                    out,
-                )
-            )
+            argv = ["server", "--bind", str(h.data_ip), "--port", port, "--out", str(out)]
+            self.spawn(h, "server", NODE_MODULE, argv, out, waits=False, finite=False)
         prof = self.s.tc_profile
         by_src: dict[str, list[Host]] = {}
         for src, dst in self.pairs:
@@ -127,17 +81,8 @@ class Linkcheck(Synchronised):
         for src_name, dsts in by_src.items():
             src = self.topo.host(src_name)
             out = self.dir / f"client-{src.name}.json"
-            argv = [
-                "client",
-                "--bind",
-                str(src.data_ip),
-                "--port",
-                str(self.cfg.port),
-                "--go",
-                str(self.go_file),
-                "--out",
-                str(out),
-            ]
+            argv = ["client", "--bind", str(src.data_ip), "--port", port,
+                    "--go", str(self.go_file), "--out", str(out)]  # fmt: skip
             for dst in dsts:
                 for d in self.bulk_dscp:
                     argv += ["--bulk", f"{dst.data_ip}:{d}"]
@@ -147,59 +92,14 @@ class Linkcheck(Synchronised):
                     f"{dsts[0].data_ip}:{prof.cls(self.short_class).mark}:"
                     f"{self.cfg.short_size}:{self.cfg.short_interval}",
                 ]
-            self.procs.append(
-                _Proc(
-                    "client",
-                    src,
-                    self.rt.spawn_python(
-                        src.netns, NODE_MODULE, argv, self.dir / f"client-{src.name}.log"
-                    ),
-                    out,
-                )
-            )
+            self.spawn(src, "client", NODE_MODULE, argv, out)
         log.info(
-            "linkcheck: %d bulk flow(s) per pair over %d pair(s), short transfers in %r",
+            "%s: %d bulk flow(s) per pair over %d pair(s), short transfers in %r",
+            self.name,
             len(self.bulk_dscp),
             len(self.pairs),
             self.short_class if self.cfg.short else None,
         )
-
-    def targets(self) -> list[str]:
-        return []  # results come from its records; nothing to scrape
-
-    def finish(self) -> None:
-        pass  # clients stop by themselves at the end of the run
-
-    def progress(self) -> str:
-        return ""
-
-    def check(self) -> None:
-        """Raise if a process died before its time."""
-        for p in self.procs:
-            rc = p.popen.poll()
-            if rc is not None and (p.role == "server" or rc != 0):
-                raise RunFailure(
-                    f"linkcheck {p.role} on {p.host.name} exited with code {rc}; "
-                    f"see {self.dir / f'{p.role}-{p.host.name}.log'}"
-                )
-
-    def clients_done(self) -> bool:
-        return all(p.popen.poll() is not None for p in self.procs if p.role == "client")
-
-    def stop(self) -> None:
-        stop_all(p.popen for p in self.procs)
-
-    def collect(self) -> dict[str, Any]:
-        """Wait for the clients, stop the servers, and summarise."""
-        deadline = time.monotonic() + 30
-        while not self.clients_done():
-            if time.monotonic() > deadline:
-                raise RunFailure("linkcheck clients did not finish 30 s after the run ended")
-            checkpoint()
-            time.sleep(0.1)
-        self.check()
-        self.stop()
-        return self.summarize()
 
     def _load(self, role: str, h: Host) -> dict[str, Any]:
         path = self.dir / f"{role}-{h.name}.json"
@@ -212,6 +112,7 @@ class Linkcheck(Synchronised):
         ip_to_host = {str(h.data_ip): h for h in self.topo.hosts}
         assert self.window is not None
         t_from, t_to = self.window.start, self.window.stop
+        t0 = (self.run_window or self.window).t0
         flows: list[dict[str, Any]] = []
         for dst in sorted({d for _, d in self.pairs}, key=lambda h: h.index):
             for rec in self._load("server", dst)["bulk"]:
@@ -241,7 +142,7 @@ class Linkcheck(Synchronised):
             log.warning("linkcheck: %d of %d bulk flows reached their server", len(flows), expected)
         return {
             "pattern": self.cfg.pattern,
-            "window_s": [round(t_from - self.window.t0, 3), round(t_to - self.window.t0, 3)],
+            "window_s": [round(t_from - t0, 3), round(t_to - t0, 3)],
             "link_rate_bps": self.s.topology.link_rate,
             "bulk": flows,
             "short": {

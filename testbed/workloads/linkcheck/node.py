@@ -247,6 +247,7 @@ def client(args: argparse.Namespace) -> int:
     for t in threads:
         t.join()
     args.out.write_text(json.dumps({"bind": args.bind, "bulk": bulk, "short": short}))
+    args.out.with_suffix(".done").touch()
     return 0
 
 

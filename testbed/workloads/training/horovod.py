@@ -30,20 +30,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import EnvironmentProblem, RunFailure
+from testbed.errors import EnvironmentProblem
 from testbed.metrics import describe
-from testbed.metrics.exporters import HOROVOD_PORT
-from testbed.runtime.base import NodeProcess, Runtime, host_gpus
-from testbed.scenario import HorovodWorkload, Scenario
+from testbed.runtime.base import Runtime
 from testbed.stopping import checkpoint
-from testbed.topology import Host, TopologyPlan
-from testbed.workloads import derive
-from testbed.workloads.procs import Synchronised, count_rows, present, read_csvs, stop_all
+from testbed.topology import Host
+from testbed.workloads.controller import Context, Controller
+from testbed.workloads.procs import count_rows, read_csvs
+from testbed.workloads.training.gpus import devices
 from testbed.workloads.training.horovod_worker import FIELDS
 from testbed.workloads.training.rendezvous import RendezvousStore
+from testbed.workloads.training.spec import HorovodWorkload, iterations_file, layers_for
 
 log = logging.getLogger(__name__)
-WORKER_GID = 64242  # the group whose sockets get Horovod's DSCP
 WORKER_MODULE = "testbed.workloads.training.horovod_worker"
 # imported once per run by the fork server: ~2.5 s of CPU each that workers need not repeat
 PRELOAD = ("torch", "horovod.torch", WORKER_MODULE)
@@ -68,10 +67,6 @@ def nccl_env(cfg: HorovodWorkload) -> dict[str, str]:
     if cfg.nccl_sockets_per_thread is not None:
         env["NCCL_NSOCKS_PERTHREAD"] = str(cfg.nccl_sockets_per_thread)
     return env
-
-
-def selected_hosts(topo: TopologyPlan, names: list[str] | None) -> list[Host]:
-    return [topo.host(n) for n in names] if names else list(topo.hosts)
 
 
 def mark_group(rt: Runtime, ns: str, ifname: str, gid: int, dscp: int) -> None:
@@ -129,25 +124,23 @@ class Rendezvous:
         self.store.stop()
 
 
-class HorovodJob(Synchronised):
-    name = "horovod"
+class HorovodJob(Controller):
+    kind = "horovod"
+    exports = True
 
-    def __init__(
-        self, cfg: HorovodWorkload, s: Scenario, topo: TopologyPlan, rt: Runtime, run_dir: Path
-    ) -> None:
-        self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
-        self.run_dir = run_dir
-        self.dir = run_dir / "horovod"
-        self.hosts = selected_hosts(topo, cfg.hosts)
-        self.dscp = cfg.d.dscp
-        self.procs: list[tuple[Host, NodeProcess]] = []
+    def __init__(self, name: str, cfg: HorovodWorkload, ctx: Context) -> None:
+        super().__init__(name, cfg, ctx)
         self.rdv: Rendezvous | None = None
-        gpus = host_gpus(s, topo)  # the same devices the docker runtime passes through
-        self.devices = [gpus.get(h.name, []) for h in self.hosts]
+        gpus = devices(cfg, self.hosts())  # the same devices the docker runtime passes through
+        self.devices = [gpus.get(h.name, []) for h in self.hosts()]
 
     @property
     def on_gpu(self) -> bool:
         return any(self.devices)
+
+    @property
+    def iterations_file(self) -> str:
+        return iterations_file(self.name)
 
     def _device_env(self, h: Host, devices: list[int]) -> dict[str, str]:
         """A worker's devices, and its own NCCL host identity: NCCL takes ranks with one
@@ -157,7 +150,7 @@ class HorovodJob(Synchronised):
         between them crosses the links."""
         if not self.on_gpu:
             return {}
-        hostid = f"testbed-{self.s.name}-{h.name}"
+        hostid = f"testbed-{self.s.name}-{self.name}-{h.name}"
         # a container sees only its own devices, numbered 0, 1, ... in bus order; a namespace
         # sees them all. Bus order (not CUDA's fastest-first) is also nvidia-smi's and Docker's.
         ids = list(devices)
@@ -172,14 +165,14 @@ class HorovodJob(Synchronised):
     def _record_backend(self, backend: str, env: dict[str, str]) -> None:
         """What the workers were told: the collective backend, the environment every worker
         shares (NCCL's settings on GPUs) and the devices of each."""
-        devices = {h.name: d for h, d in zip(self.hosts, self.devices, strict=True)}
+        devices = {h.name: d for h, d in zip(self.hosts(), self.devices, strict=True)}
         (self.dir / "backend-env.json").write_text(
             json.dumps({"dist_backend": backend, "env": env, "devices": devices}, indent=1)
         )
 
     def _config(self) -> dict[str, Any]:
         cfg = self.cfg
-        layers = derive.layers_for(cfg) if cfg.mode == "synthetic" else []
+        layers = layers_for(cfg) if cfg.mode == "synthetic" else []
         return {
             "mode": cfg.mode,
             "layers": [[x.name, x.params, x.forward_s, x.backward_s] for x in layers],
@@ -191,13 +184,17 @@ class HorovodJob(Synchronised):
             "time_scale": self.time_scale,
         }
 
+    def _out(self, h: Host) -> Path:
+        return self.dir / f"iterations-{h.name}.csv"
+
     def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "worker-config.json"
         config.write_text(json.dumps(self._config()))
-        for h in self.hosts:
-            mark_group(self.rt, h.netns, h.data_if, WORKER_GID, self.dscp)
-        self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), self.hosts)
+        hosts = self.hosts()
+        for h in hosts:
+            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp)
+        self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), hosts)
         base_env = {
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(self.topo.mgmt_bridge_ip),
             "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.rdv.port),
@@ -213,7 +210,7 @@ class HorovodJob(Synchronised):
         }
         self._record_backend("nccl" if self.on_gpu else "gloo", base_env)
         by_host = {slot.hostname: slot for slot in self.rdv.slots}
-        for h in self.hosts:
+        for h, devs in zip(hosts, self.devices, strict=True):
             slot = by_host[str(h.data_ip)]
             env = {
                 **base_env,
@@ -224,63 +221,29 @@ class HorovodJob(Synchronised):
                 "HOROVOD_LOCAL_SIZE": str(slot.local_size),
                 "HOROVOD_CROSS_RANK": str(slot.cross_rank),
                 "HOROVOD_CROSS_SIZE": str(slot.cross_size),
-                **self._device_env(h, self.devices[self.hosts.index(h)]),
+                **self._device_env(h, devs),
             }
-            argv = [
-                "--config",
-                str(config),
-                "--out",
-                str(self.dir / f"iterations-{h.name}.csv"),
-                "--worker",
-                h.name,
-                "--go",
-                str(self.go_file),
-            ]
-            if self.s.metrics.prometheus != "off":
-                argv += ["--metrics", f"{h.mgmt_ip}:{HOROVOD_PORT}"]
+            out = self._out(h)
+            argv = ["--config", str(config), "--out", str(out), "--worker", h.name,
+                    "--go", str(self.go_file), *self.metrics_arg(h)]  # fmt: skip
             # its own hostname (= its data IP, see above; a container has one already) and
             # the group the DSCP rule matches
             if self.rt.shares_hostname:
                 argv += ["--hostname", str(h.data_ip)]
-            proc = self.rt.spawn_python(
-                h.netns,
-                WORKER_MODULE,
-                argv,
-                self.dir / f"worker-{h.name}.log",
-                env,
-                preload=PRELOAD,
-                gid=WORKER_GID,
-                new_uts=self.rt.shares_hostname,
-            )
-            self.procs.append((h, proc))
+            self.spawn(h, "worker", WORKER_MODULE, argv, out, env, preload=PRELOAD,
+                       gid=self.owner_gid, new_uts=self.rt.shares_hostname)  # fmt: skip
         log.info(
-            "horovod: %d %s workers, DSCP %d (%s), compute %.0f ms/iteration, R_cp_to_nw %.2f",
-            len(self.hosts),
-            self.cfg.mode,
-            self.dscp,
-            self.cfg.d.tc_class,
-            self.cfg.d.compute_time * 1e3,
-            self.cfg.d.compute_to_network_ratio,
-        )
+            "%s: %d %s workers, DSCP %d (%s), compute %.0f ms/iteration, R_cp_to_nw %.2f",
+            self.name, len(hosts), self.cfg.mode, self.cfg.d.dscp, self.cfg.d.tc_class,
+            self.cfg.d.compute_time * 1e3, self.cfg.d.compute_to_network_ratio,
+        )  # fmt: skip
 
-    def _marker(self, h: Host, kind: str) -> Path:
-        return self.dir / f"iterations-{h.name}.{kind}"
-
-    def ready(self) -> tuple[int, int]:
-        """Workers are ready once Horovod is initialised and every rank is connected."""
-        return present(self._marker(h, "ready") for h in self.hosts), len(self.hosts)
+    def progress(self) -> str:
+        n = min((count_rows(p.out) for p in self.procs), default=0)
+        return f"{n} iterations" if self.name == self.kind else f"{self.name} {n} iterations"
 
     def draining(self) -> bool:
         return False  # training runs on until finish(); it has nothing of its own to drain
-
-    def targets(self) -> list[str]:
-        if self.s.metrics.prometheus == "off":
-            return []
-        return [f"{h.mgmt_ip}:{HOROVOD_PORT}" for h in self.hosts]
-
-    def progress(self) -> str:
-        n = min(count_rows(self.dir / f"iterations-{h.name}.csv") for h in self.hosts)
-        return f"{n} iterations"
 
     def finish(self) -> None:
         """Ask for the collective stop (SIGUSR1 to every worker; they agree on the last
@@ -289,56 +252,58 @@ class HorovodJob(Synchronised):
         takes at most that many iterations plus the current one; the run's slowest iteration
         bounds how long one can take. Usually the workers have already stopped at the run's
         end on their own vote, and this returns at once."""
-        for _, p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGUSR1)
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.popen.send_signal(signal.SIGUSR1)
         longest = max([self.cfg.d.compute_time, *(float(r["duration_s"]) for r in self.records())])
         iterations = 2 if self.cfg.barrier else 3
         limit = max(10.0, (iterations + 1) * longest)
         deadline = time.monotonic() + limit
-        done = [self._marker(h, "done") for h in self.hosts]
-        while not all(d.exists() for d in done) and time.monotonic() < deadline:
-            if any(p.poll() not in (None, 0) for _, p in self.procs):
+        while not all(p.done() for p in self.procs) and time.monotonic() < deadline:
+            if any(p.popen.poll() not in (None, 0) for p in self.procs):
                 break
             checkpoint()
             time.sleep(0.05)
-        late = [h.name for h, d in zip(self.hosts, done, strict=True) if not d.exists()]
+        late = [p.host.name for p in self.procs if not p.done()]
         if late:
-            log.warning("horovod: workers %s did not stop within %.0f s", ", ".join(late), limit)
-
-    def check(self) -> None:
-        """One dead worker makes its peers fail moments later (their ring connections
-        break), so name the cause: a worker killed by a signal before one that exited with an
-        error, and otherwise the one that ended first."""
-        dead = [
-            (rc >= 0, p.exit_order, h, rc)
-            for h, p in self.procs
-            if (rc := p.poll()) is not None and (rc != 0 or not self._marker(h, "done").exists())
-        ]
-        if dead:
-            *_, h, rc = min(dead, key=lambda d: d[:2])
-            raise RunFailure(
-                f"horovod worker on {h.name} exited with code {rc}; see {self.dir / f'worker-{h.name}.log'}"
+            log.warning(
+                "%s: workers %s did not stop within %.0f s", self.name, ", ".join(late), limit
             )
 
+    def warnings(self, section: dict[str, Any]) -> list[str]:
+        """An emulated compute that ran over its time: the machine could not keep the job's
+        clock (judged on the wall clock, where the schedule lives)."""
+        asked, got = section.get("compute_time_s"), section.get("compute_s_mean")
+        if asked and got and got > 1.05 * asked:
+            return [
+                f"{self.name}: the training's emulated compute took {got / asked - 1:.0%} longer "
+                f"than asked ({got:.3g} s for {asked:.3g} s per iteration on this machine's "
+                "clock): the machine could not keep the workload's clock (fewer hosts or a lower "
+                "time_scale need less)"
+            ]
+        return []
+
+    def metric_queries(self, section: dict[str, Any]) -> list[tuple[str, str, str, Any]]:
+        return [
+            (self.name, f"iterations of {worker}" if self.name == self.kind else
+             f"{self.name}: iterations of {worker}",
+             f'max_over_time(testbed_iterations_total{{{{sel}},worker="{worker}"}}[{{rng}}])', n)
+            for worker, n in section["iterations_per_worker"].items()
+        ]  # fmt: skip
+
     def stop(self) -> None:
-        stop_all(p for _, p in self.procs)
+        super().stop()
         if self.rdv is not None:
             self.rdv.stop()
             self.rdv = None
 
-    def collect(self) -> dict[str, Any]:
-        self.check()
-        self.stop()
-        return self.summarize()
-
     def records(self) -> list[dict[str, Any]]:
-        return read_csvs(self.dir / f"iterations-{h.name}.csv" for h in self.hosts)
+        return read_csvs(p.out for p in self.procs)
 
     def summarize(self) -> dict[str, Any]:
         assert self.window is not None
         rows = self.records()
-        with open(self.run_dir / "iterations.csv", "w", newline="") as f:
+        with open(self.run_dir / self.iterations_file, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)
             w.writeheader()
             w.writerows(sorted(rows, key=lambda r: (int(r["iteration"]), int(r["rank"]))))
@@ -346,18 +311,20 @@ class HorovodJob(Synchronised):
         inside = [
             r for r in rows if win.contains(float(r["start"])) and float(r["end"]) <= win.stop
         ]
-        per_worker = {h.name: sum(1 for r in rows if r["worker"] == h.name) for h in self.hosts}
+        hosts = self.hosts()
+        per_worker = {h.name: sum(1 for r in rows if r["worker"] == h.name) for h in hosts}
         stat = describe([float(r["duration_s"]) for r in inside])
         d = self.cfg.d
         return {
-            "workers": len(self.hosts),
+            "workers": len(hosts),
             "iterations": min(per_worker.values()) if per_worker else 0,
             "iterations_per_worker": per_worker,
-            "iterations_measured": len(inside) // max(1, len(self.hosts)),
+            "iterations_measured": len(inside) // max(1, len(hosts)),
             "iteration_time_s": {k: stat[k] for k in ("mean", "p50", "p99")},
             "compute_time_s": d.compute_time if self.cfg.mode == "synthetic" else None,
             "compute_to_network_ratio": d.compute_to_network_ratio,
             "bytes_per_iteration": d.bytes_per_iteration,
+            "bottleneck_bps": d.bottleneck_bps,
             "compute_s_mean": _mean([float(r["compute_s"]) for r in inside]),
             "wait_s_mean": _mean([float(r["wait_s"]) for r in inside]),
             # physics: no iteration can be faster than its compute
@@ -366,7 +333,7 @@ class HorovodJob(Synchronised):
                 if inside and self.cfg.mode == "synthetic"
                 else None
             ),
-            "dscp": self.dscp,
+            "dscp": d.dscp,
             "class": d.tc_class,
             "mode": self.cfg.mode,
         }

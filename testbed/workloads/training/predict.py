@@ -195,25 +195,43 @@ def thesis_ch4_layers(
     return out
 
 
-def for_scenario(s: Scenario) -> dict[str, Any]:
-    """What the model says of a scenario's Horovod job, alone on its links: the iteration time
-    as Horovod runs it (dynamic fusion, FIFO, the scenario's barrier), the same with a
-    priority queue and with the barrier toggled, and the thesis' derived quantities."""
-    from testbed.workloads.derive import layers_for
+def training_instances(s: Scenario) -> list[tuple[str, Any]]:
+    return s.workloads.of_kind("horovod", "torch-ddp")
 
-    h = s.workloads.horovod
-    if h is None:
-        raise ValueError("workloads.horovod: the scenario has no Horovod job to predict")
+
+def for_scenario(s: Scenario) -> dict[str, Any]:
+    """The model of the scenario's training instance (its first, when it has several)."""
+    jobs = training_instances(s)
+    if not jobs:
+        raise ValueError("workloads: the scenario has no training job to predict")
+    return for_instance(jobs[0][0], s)
+
+
+def for_instance(name: str, s: Scenario) -> dict[str, Any]:
+    """What the model says of training instance `name`, alone on the network: the iteration
+    time as Horovod runs it (dynamic fusion, FIFO, the scenario's barrier), the same with a
+    priority queue and with the barrier toggled, and the thesis' derived quantities. The
+    ring runs at its path's bottleneck (paths.ring_bottleneck: the fabric, where consecutive
+    ranks sit on different leaves of an oversubscribed leaf-spine)."""
+    from testbed.paths import leaf_of
+    from testbed.workloads.training.spec import layers_for
+
+    h = s.workloads.get(name)
+    if h is None or h.kind not in ("horovod", "torch-ddp"):
+        raise ValueError(f"workloads.{name}: no training job of that name to predict")
     if h.mode != "synthetic":
         raise ValueError(
-            "workloads.horovod.mode: the model predicts synthetic jobs (their layer profile is "
+            f"workloads.{name}.mode: the model predicts synthetic jobs (their layer profile is "
             "known); a real model's layers and compute are not"
         )
     d = h.d
-    n = len(h.hosts) if h.hosts else s.topology.hosts
-    rate = s.topology.link_rate
-    # one ring step crosses an uplink and a downlink
-    net = Network(n, rate, ack_efficiency(s.topology.mtu), step_latency_s=2 * s.topology.delay)
+    hosts = h.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
+    n = len(hosts)
+    rate = d.bottleneck_bps or s.topology.link_rate
+    # a ring step crosses an uplink and a downlink, and two fabric links between leaves
+    crosses = len({leaf_of(s.topology, x) for x in hosts}) > 1
+    hops = 4 if crosses else 2
+    net = Network(n, rate, ack_efficiency(s.topology.mtu), step_latency_s=hops * s.topology.delay)
     layers = layers_for(h)
     variants = {}
     for queue in ("fifo", "priority"):
@@ -222,8 +240,10 @@ def for_scenario(s: Scenario) -> dict[str, Any]:
             variants[f"{queue}{'' if barrier else '-nobarrier'}"] = p.iteration_s
     it = variants[f"fifo{'' if h.barrier else '-nobarrier'}"]
     return {
+        "instance": name,
         "workers": n,
-        "link_rate_bps": rate,
+        "link_rate_bps": s.topology.link_rate,
+        "bottleneck_bps": rate,
         "model_bytes": d.model_bytes,
         "bytes_per_iteration": d.bytes_per_iteration,
         "compute_s": d.compute_time,

@@ -1,24 +1,22 @@
-"""Controller for the web-search load: one generator (server + Poisson client) per host; flows
-merged into flows.csv and summarised by pFabric size class."""
+"""Controller for a web-search instance: one generator (server + Poisson client) per host; flows
+merged into flows.csv (flows-<name>.csv for an instance not named websearch) and summarised by
+pFabric size class."""
 
 from __future__ import annotations
 
 import csv
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
-from testbed.errors import RunFailure
 from testbed.metrics import describe, size_class
-from testbed.metrics.exporters import WEBSEARCH_PORT
-from testbed.runtime.base import NodeProcess, Runtime
-from testbed.scenario import Scenario, WebsearchWorkload
-from testbed.topology import Host, TopologyPlan
-from testbed.workloads.procs import Synchronised, count_rows, present, read_csvs, stop_all
-from testbed.workloads.training.horovod import selected_hosts
+from testbed.paths import path_rate
+from testbed.scenario import Scenario
+from testbed.workloads.controller import Controller
+from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.websearch import flowsizes
 from testbed.workloads.websearch.node import FIELDS, arrivals, host_rng
+from testbed.workloads.websearch.spec import flows_file
 
 log = logging.getLogger(__name__)
 NODE_MODULE = "testbed.workloads.websearch.node"
@@ -51,154 +49,86 @@ def rate_over_link(row: dict[str, Any], link_bps: float) -> float:
     return int(row["size_bytes"]) * 8 / float(row["fct_s"]) / link_bps
 
 
-def planned_flows(s: Scenario) -> list[tuple[str, float, int]]:
-    """(host, start offset from t0, size) of every flow the generators will start inside the
-    measured window: the same draws the nodes make, so a sweep can be sized before it runs.
-    A node places a flow by when it really starts, a few ms after its draw under load, so a
-    flow drawn at the very edge of the window may fall on the other side of it."""
-    w = s.workloads.websearch
-    if w is None:
-        return []
-    cdf, _ = flowsizes.resolve(w.sizes, None)
-    names = w.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
-    win = s.timeline()  # offsets from t0
+def planned_flows(s: Scenario, name: str | None = None) -> list[tuple[str, float, int]]:
+    """(host, start offset from t0, size) of every flow the generators of web-search instance
+    `name` (default: every one) will start inside the measured window: the same draws the
+    nodes make, so a sweep can be sized before it runs. A node places a flow by when it really
+    starts, a few ms after its draw under load, so a flow drawn at the very edge of the window
+    may fall on the other side of it."""
     out = []
-    for h in names:
-        peers = sorted(n for n in names if n != h)
-        for t, size, _ in arrivals(host_rng(s.seed, h), w.d.arrival_rate, cdf, peers):
-            if t >= win.stop:
-                break
-            if win.contains(t):
-                out.append((h, t, size))
+    for n, w in s.workloads.of_kind("websearch"):
+        if name is not None and n != name:
+            continue
+        cdf, _ = flowsizes.resolve(w.sizes, None)
+        names = w.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
+        run = s.timeline()  # offsets from t0
+        win = run.shifted(w.start, w.stop)
+        for h in names:
+            peers = sorted(x for x in names if x != h)
+            for t, size, _ in arrivals(host_rng(s.seed, h, n), w.d.arrival_rate, cdf, peers):
+                if win.t0 + t >= win.end:
+                    break
+                if win.contains(win.t0 + t):
+                    out.append((h, win.t0 + t, size))
     return out
 
 
-class Websearch(Synchronised):
-    name = "websearch"
-
-    def __init__(
-        self,
-        cfg: WebsearchWorkload,
-        s: Scenario,
-        topo: TopologyPlan,
-        rt: Runtime,
-        run_dir: Path,
-    ) -> None:
-        self.cfg, self.s, self.topo, self.rt = cfg, s, topo, rt
-        self.run_dir = run_dir
-        self.dir = run_dir / "websearch"
-        self.hosts = selected_hosts(topo, cfg.hosts)
-        self.dscp = cfg.d.dscp
-        self.procs: list[tuple[Host, NodeProcess]] = []
+class Websearch(Controller):
+    kind = "websearch"
+    exports = True
 
     def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         cdf, _ = flowsizes.resolve(self.cfg.sizes, None)
         d = self.cfg.d
+        hosts = self.hosts()
         config = self.dir / "generator-config.json"
         config.write_text(json.dumps({
             "cdf": [list(p) for p in cdf],
-            "peers": {h.name: str(h.data_ip) for h in self.hosts},
+            "peers": {h.name: str(h.data_ip) for h in hosts},
             "rate_per_host": d.arrival_rate,
-            "dscp": self.dscp,
+            "dscp": d.dscp,
             "port": self.cfg.port,
             "seed": self.s.seed,
+            "stream": self.name,
             "time_scale": self.time_scale,
         }))  # fmt: skip
-        for h in self.hosts:
-            argv = [
-                "--host",
-                h.name,
-                "--bind",
-                str(h.data_ip),
-                "--config",
-                str(config),
-                "--go",
-                str(self.go_file),
-                "--out",
-                str(self.dir / f"flows-{h.name}.csv"),
-            ]
-            if self.s.metrics.prometheus != "off":
-                argv += ["--metrics", f"{h.mgmt_ip}:{WEBSEARCH_PORT}"]
-            self.procs.append(
-                (
-                    h,
-                    self.rt.spawn_python(
-                        h.netns, NODE_MODULE, argv, self.dir / f"generator-{h.name}.log"
-                    ),
-                )
-            )
+        for h in hosts:
+            out = self.dir / f"flows-{h.name}.csv"
+            argv = ["--host", h.name, "--bind", str(h.data_ip), "--config", str(config),
+                    "--go", str(self.go_file), "--out", str(out), *self.metrics_arg(h)]  # fmt: skip
+            self.spawn(h, "generator", NODE_MODULE, argv, out)
         log.info(
-            "websearch: %d hosts, %.3f flows/s per host (%.2f%% of a host link), mean flow %.0f B, "
+            "%s: %d hosts, %.3f flows/s per host (%.2f%% of a host link), mean flow %.0f B, "
             "DSCP %d (%s)",
-            len(self.hosts),
-            d.arrival_rate,
-            d.utilization,
-            d.mean_flow_size,
-            self.dscp,
+            self.name, len(hosts), d.arrival_rate, d.utilization, d.mean_flow_size, d.dscp,
             d.tc_class,
-        )
-
-    def ready(self) -> tuple[int, int]:
-        return present(self._marker(h, "ready") for h in self.hosts), len(self.hosts)
-
-    def _marker(self, h: Host, kind: str) -> Path:
-        return self.dir / f"flows-{h.name}.{kind}"
-
-    def draining(self) -> bool:
-        """True while a generator still waits for flows that started inside the window."""
-        return not all(self._marker(h, "done").exists() for h in self.hosts)
-
-    def targets(self) -> list[str]:
-        if self.s.metrics.prometheus == "off":
-            return []
-        return [f"{h.mgmt_ip}:{WEBSEARCH_PORT}" for h in self.hosts]
+        )  # fmt: skip
 
     def progress(self) -> str:
-        return f"{sum(count_rows(self.dir / f'flows-{h.name}.csv') for h in self.hosts)} flows done"
-
-    def finish(self) -> None:
-        """Generators end by themselves after the drain (the orchestrator waited for it)."""
-
-    def check(self) -> None:
-        for h, p in self.procs:
-            rc = p.poll()
-            if rc is not None and (rc != 0 or not self._marker(h, "done").exists()):
-                raise RunFailure(
-                    f"websearch generator on {h.name} exited with code {rc}; "
-                    f"see {self.dir / f'generator-{h.name}.log'}"
-                )
-
-    def stop(self) -> None:
-        stop_all(p for _, p in self.procs)
-
-    def collect(self) -> dict[str, Any]:
-        """After finish(): every generator has written its flows."""
-        for h, p in self.procs:
-            if p.poll() not in (None, 0):
-                raise RunFailure(f"websearch generator on {h.name} exited with code {p.returncode}")
-        self.stop()
-        return self.summarize()
+        return f"{sum(count_rows(p.out) for p in self.procs)} flows done"
 
     def records(self) -> list[dict[str, Any]]:
-        return read_csvs(self.dir / f"flows-{h.name}.csv" for h in self.hosts)
+        return read_csvs(p.out for p in self.procs)
 
     def summarize(self) -> dict[str, Any]:
         assert self.window is not None
         rows = sorted(self.records(), key=lambda r: float(r["start"]))
-        with open(self.run_dir / "flows.csv", "w", newline="") as f:
+        with open(self.run_dir / self.flows_file, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)
             w.writeheader()
             w.writerows(rows)
         measured = [r for r in rows if r["measured"] == "True"]
-        span = self.window.span
+        span = self.active_span()
         d = self.cfg.d
         link = self.s.topology.link_rate
         done = [r for r in measured if r["completed"] == "True"]
-        over = [rate_over_link(r, link) for r in done]
+        # physics: no flow faster than the slowest link of its path (the fabric, across leaves)
+        over = [rate_over_link(r, path_rate(self.s.topology, r["src"], r["dst"])) for r in done]
         offered = sum(int(r["size_bytes"]) for r in measured) * 8
+        n = len(self.procs)
         return {
-            "hosts": len(self.hosts),
+            "hosts": n,
             "flows_started": len(rows),
             "flows_completed": sum(1 for r in rows if r["completed"] == "True"),
             "flows_measured": len(measured),
@@ -206,12 +136,12 @@ class Websearch(Synchronised):
             "failed": sum(1 for r in measured if r["error"]),
             "arrival_rate_per_host": {
                 "configured": d.arrival_rate,
-                "achieved": len(measured) / span / len(self.hosts),
+                "achieved": len(measured) / span / n if span > 0 else None,
             },
             # what the generators asked of one host link on average (flow payload, no headers)
             "utilization_pct": {
                 "configured": d.utilization,
-                "offered": offered / (span * len(self.hosts) * link) * 100,
+                "offered": offered / (span * n * link) * 100 if span > 0 else None,
             },
             "mean_flow_size": d.mean_flow_size,
             "fct_s": fct_stats(measured),
@@ -220,6 +150,48 @@ class Websearch(Synchronised):
             # physics: no completed flow may move its bytes faster than the link
             "max_flow_rate_over_link": max(over, default=None),
             "flows_over_link_rate": sum(1 for x in over if x > 1.0),
-            "dscp": self.dscp,
+            "dscp": d.dscp,
             "class": d.tc_class,
         }
+
+    def warnings(self, section: dict[str, Any]) -> list[str]:
+        """Flows that beat the slowest link of their path, and a load whose clock fell
+        behind its Poisson schedule."""
+        out = []
+        if section.get("flows_over_link_rate"):
+            out.append(
+                f"{self.name}: {section['flows_over_link_rate']} web-search flow(s) moved their "
+                f"bytes faster than their path's slowest link (fastest "
+                f"{section['max_flow_rate_over_link']:.2f}x its rate): their FCTs are shorter than "
+                "the link allows (a large topology.mtu on a slow link does this)"
+            )
+        lag = (section.get("start_lag_s") or {}).get("p99")
+        rate = (section.get("arrival_rate_per_host") or {}).get("configured")
+        if lag is not None and rate and lag > 0.1 / rate:
+            out.append(
+                f"{self.name}: web-search flows started late: 1 % of them more than "
+                f"{lag * 1e3:.1f} ms after their Poisson arrival time, over a tenth of the mean "
+                f"gap between arrivals ({1e3 / rate:.1f} ms, this machine's clock); the machine "
+                "could not keep the load's clock"
+            )
+        return out
+
+    def metric_queries(self, section: dict[str, Any]) -> list[tuple[str, str, str, Any]]:
+        prefix = "" if self.name == self.kind else f"{self.name}: "
+        return [
+            (self.name, f"{prefix}flows started",
+             "sum(max_over_time(testbed_flows_started_total{{sel}}[{rng}]))", section["flows_started"]),
+            (self.name, f"{prefix}flows completed",
+             "sum(max_over_time(testbed_flows_completed_total{{sel}}[{rng}]))", section["flows_completed"]),
+        ]  # fmt: skip
+
+    @property
+    def flows_file(self) -> str:
+        return flows_file(self.name)
+
+    def active_span(self) -> float:
+        """The part of the measured window in which the instance starts flows."""
+        assert self.window is not None
+        return max(
+            0.0, min(self.window.stop, self.window.end) - max(self.window.start, self.window.t0)
+        )

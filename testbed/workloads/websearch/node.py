@@ -99,8 +99,12 @@ def arrivals(
         yield t, size, peers[rng.randrange(len(peers))]
 
 
-def host_rng(seed: int, host: str) -> random.Random:
-    return random.Random(f"{seed}/{host}")
+def host_rng(seed: int, host: str, stream: str = "websearch") -> random.Random:
+    """A host's own random stream: its arrivals, sizes and destinations. The instance named
+    websearch keeps the stream of the scenarios before named instances (the same flows);
+    another instance draws its own."""
+    key = f"{seed}/{host}" if stream == "websearch" else f"{seed}/{stream}/{host}"
+    return random.Random(key)
 
 
 class Generator:
@@ -114,7 +118,7 @@ class Generator:
         self.rate: float = cfg["rate_per_host"]
         self.dscp: int = cfg["dscp"]
         self.port: int = cfg["port"]
-        self.rng = host_rng(cfg["seed"], args.host)
+        self.rng = host_rng(cfg["seed"], args.host, cfg.get("stream", "websearch"))
         self.time_scale: float = cfg.get("time_scale", 1.0)
         self.out = open(args.out, "w", newline="")  # noqa: SIM115 - lives as long as the process
         self.csv = csv.writer(self.out)

@@ -1,0 +1,62 @@
+"""The links a workload's traffic crosses, from the scenario's topology alone (no plan, no
+kernel): what the event model, R_cp_to_nw and the load on the busiest link are taken against.
+
+On one switch every path is two host links. On a leaf-spine, hosts h1..h(per) hang off leaf1,
+the next `per` off leaf2, and so on; traffic between two leaves goes up one leaf–spine link
+and down another (ECMP picks the spine per flow), so a path that leaves its leaf is held to
+min(host link, fabric link). A ring (hosts in rank order, each sending to the next) crosses
+the fabric only where consecutive ranks sit on different leaves; each such step runs on its
+own fabric links (one up, one down, different leaves' in either direction), so the ring's
+bottleneck is the slowest step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def leaf_of(topology: Any, host: str) -> int:
+    """The 1-based leaf a host hangs off (1 on a single switch)."""
+    if topology.kind != "leaf-spine":
+        return 1
+    index = int(host.removeprefix("h"))
+    return (index - 1) // topology.hosts_per_leaf + 1
+
+
+def path_rate(topology: Any, src: str, dst: str) -> int:
+    """The slowest link between two hosts (bits/s)."""
+    rate = topology.link_rate
+    if leaf_of(topology, src) != leaf_of(topology, dst):
+        rate = min(rate, topology.fabric_link_rate)
+    return rate
+
+
+def ring_bottleneck(topology: Any, hosts: list[str]) -> int:
+    """The rate a ring over `hosts` (in rank order) runs at: its slowest step."""
+    if len(hosts) < 2:
+        return topology.link_rate
+    return min(path_rate(topology, a, hosts[(i + 1) % len(hosts)]) for i, a in enumerate(hosts))
+
+
+def crossing_share(topology: Any, hosts: list[str]) -> float:
+    """The share of flows between uniformly random distinct pairs of `hosts` that leave their
+    leaf (0 on a single switch)."""
+    n = len(hosts)
+    if topology.kind != "leaf-spine" or n < 2:
+        return 0.0
+    per_leaf: dict[int, int] = {}
+    for h in hosts:
+        per_leaf[leaf_of(topology, h)] = per_leaf.get(leaf_of(topology, h), 0) + 1
+    same = sum(k * (k - 1) for k in per_leaf.values())
+    return 1 - same / (n * (n - 1))
+
+
+def fabric_load_per_host_load(topology: Any, hosts: list[str]) -> float:
+    """A leaf–spine link's load (bits/s) per bit/s each host sends to uniformly random other
+    hosts: a leaf's hosts' crossing share, spread over the spines (ECMP)."""
+    if topology.kind != "leaf-spine":
+        return 0.0
+    per_leaf = max(
+        sum(1 for h in hosts if leaf_of(topology, h) == leaf)
+        for leaf in {leaf_of(topology, h) for h in hosts}
+    )
+    return per_leaf * crossing_share(topology, hosts) / topology.spines

@@ -1,0 +1,53 @@
+"""The runtimes, by name: the one place where the scenario's `runtime` is read. Every stage
+reaches nodes through the Runtime a run is given (runtime/base.py); the life cycle (a node
+image to prepare, the runtime to create, teardown), `testbed exec` and `testbed down` ask the
+runtime's kind here. Adding a runtime is a module with a Runtime and its kind, and one line
+below."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from testbed.runtime import docker, netns
+from testbed.runtime.base import Runtime
+from testbed.state import RunState
+from testbed.topology import TopologyPlan
+
+
+class RuntimeKind(Protocol):
+    name: str
+
+    def prepare(self, s: Any, run_id: str, progress: Any) -> Any: ...  # e.g. a node image
+    def create(
+        self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
+        gpus: dict[str, list[int]],
+    ) -> Runtime: ...  # fmt: skip
+    def teardown(self, state: RunState) -> list[str]: ...  # what the state file records
+    def exec_argv(
+        self, st: RunState, host: dict[str, Any], command: list[str], tty: bool
+    ) -> list[str]: ...
+    def shell(self, prompt: str) -> list[str]: ...
+    def gpu_stack(self, s: Any, horovod: bool) -> str | None: ...  # why no GPU training
+    def orphans(self) -> dict[str, list[str]]: ...  # run id → objects found by label only
+    def remove_orphans(self, run_id: str) -> list[str]: ...
+
+
+RUNTIMES: dict[str, RuntimeKind] = {"netns": netns.KIND, "docker": docker.KIND}
+
+
+def get(name: str) -> RuntimeKind:
+    return RUNTIMES[name]
+
+
+def teardown(state: RunState) -> list[str]:
+    """Delete what `state` records, on the runtime it records, then the files it recorded
+    (an external Prometheus' file_sd entry); return problems (empty: clean)."""
+    problems = get(state.runtime).teardown(state)
+    for obj in state.objects:
+        if obj["kind"] == "file":
+            try:
+                Path(obj["path"]).unlink(missing_ok=True)
+            except OSError as e:
+                problems.append(f"could not remove {obj['path']}: {e}")
+    return problems

@@ -1,0 +1,64 @@
+"""Workload kinds, registered by name (as containerlab registers node kinds).
+
+A kind is what a scenario's `workloads.<name>.kind` names: its configuration (a pydantic
+model, checked with the scenario), how its derived values are resolved, the shape of its
+summary section (every number with its unit, for `expect:` and time dilation), and, by
+reference, the controller that runs it, the module that reports it and its optional hooks.
+References are "module:attribute" strings, loaded when a run, a report or a check needs them:
+the schema knows every kind without importing a controller, and a kind's controller imports
+what it needs from below (runtime, metrics) without anything below importing it.
+
+Adding a kind is a package under testbed/workloads/ (its spec, controller, node program and
+report) plus one line in kinds.py, which registers the built-in kinds and is what the rest of
+testbed reads them through. Nothing else in testbed names a kind.
+
+Units in `summary`: "s" seconds of scenario time, "wall" seconds of this machine's clock (not
+dilated), "bps" bits/s, "hz" events per second, "B" bytes, "pct" percent, "1" a plain number;
+a dict is a nested section, {"*": unit} any key, a one-element list a list of that shape.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    config: type[Any]  # a workloads.base.WorkloadConfig subclass: the instance's fields
+    controller: str  # "module:callable": (name, cfg, ctx) → the run's controller of one instance
+    summary: Mapping[str, Any]  # the summary section's shape and units (see above)
+    report: str | None = None  # "module": the kind's report hooks (report.py says which)
+    resolve: Callable[..., None] | None = None  # (cfg, scenario, base_dir, ordinal, place): derived
+    dilate: Callable[[Any, float], dict[str, Any]] | None = None  # (cfg, K): wall-clock fields
+    preflight: str | None = None  # "module:callable" (name, cfg, scenario) → warnings; may refuse
+    predict: str | None = None  # "module:callable" (name, scenario) → the event model's figures
+    predictable: Callable[[Any], bool] | None = None  # (cfg): whether `predict` knows it
+    devices: str | None = None  # "module:callable" (cfg, hosts) → GPUs per host name
+    binaries: tuple[str, ...] = ()  # host tools its controller runs (checked before a run)
+    hosts_field: bool = True  # takes `hosts`, `tc_class`/`dscp` (the common placement)
+    default_class: str = (
+        "highest"  # its class when none is named: highest, or the profile's default
+    )
+    doc: str = ""
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+
+
+KINDS: dict[str, Kind] = {}  # filled by the kinds' spec modules; read through kinds.py
+
+
+def register(kind: Kind) -> Kind:
+    if kind.name in KINDS:
+        raise ValueError(f"workload kind {kind.name!r} is registered twice")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def load(ref: str) -> Any:
+    """A "module:attribute" reference of a kind, imported now."""
+    module, _, attr = ref.partition(":")
+    obj = importlib.import_module(module)
+    return getattr(obj, attr) if attr else obj

@@ -1,0 +1,325 @@
+"""Training: a data-parallel job, one worker per host, as Horovod (ring-allreduce over Gloo, or
+NCCL on GPUs) or torch.distributed's DistributedDataParallel. Two kinds share one
+configuration: `horovod` (whose `backend` may still say torch-ddp, as scenarios written before
+kinds did) and `torch-ddp`. Its configuration, derived values, summary shape and registration.
+
+Derived values (thesis formulas 5.1, 5.2):
+  bytes per iteration  = 2 (1 - 1/N) · model size                 (ring allreduce, N workers)
+  R_cp_to_nw           = compute time · ring bottleneck rate / (bytes per iteration · 8)
+Either compute time or R may be given, not both. The ring's bottleneck is the slowest link on
+the path between consecutive workers (a host link on one switch; on an oversubscribed
+leaf-spine, the fabric link a ring step crosses, shared by the steps that cross it).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, WithJsonSchema
+
+from testbed.fields import Duration, FieldProblem, Size
+from testbed.workloads.base import Placed, Placement
+from testbed.workloads.registry import Kind, register
+from testbed.workloads.training import models
+
+DEFAULT_COMPUTE_S = 0.9  # thesis Table 4.1
+
+
+def _gpus(value: Any) -> Any:
+    """`gpus`: a count (≥ 1), `all`, `auto`, or a list of distinct device ids."""
+    ok = (
+        value is None
+        or value in ("all", "auto")
+        or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+        or (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+            and len(set(value)) == len(value)
+        )
+    )
+    if not ok:
+        raise ValueError(
+            f"must be a count (1, 2, ...), all, auto or a list of distinct device ids "
+            f"([0, 1]), got {value!r}"
+        )
+    return value
+
+
+Gpus = Annotated[
+    Any,
+    BeforeValidator(_gpus),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"enum": ["all", "auto"]},
+                {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                {"type": "null"},
+            ]
+        }
+    ),
+]
+
+
+class HorovodDerived(Placement):
+    """Values derived from a training job's inputs (thesis formulas 5.1 and 5.2)."""
+
+    compute_time: Duration
+    compute_to_network_ratio: float
+    model_bytes: int
+    bytes_per_iteration: int
+    bottleneck_bps: int | None = Field(
+        None, description="the slowest link of the ring's path (R_cp_to_nw is taken against it)"
+    )
+
+
+class HorovodWorkload(Placed):
+    """A data-parallel training job, one worker per host: Horovod (ring-allreduce over Gloo)
+    or torch.distributed's DistributedDataParallel (gloo on CPU, nccl on GPU)."""
+
+    kind: Literal["horovod"] = "horovod"
+
+    backend: Literal["horovod", "torch-ddp"] = Field(
+        "horovod",
+        description="horovod: Horovod workers (Gloo); torch-ddp: torch.distributed workers "
+        "reducing DDP's gradient buckets (gloo on CPU, nccl on GPU)",
+    )
+    bucket_cap: Size = Field(
+        25 * 2**20,
+        gt=0,
+        description="torch-ddp: DDP's bucket_cap_mb, the analogue of Horovod's fusion buffer "
+        "(default 25 MiB, as DDP's)",
+    )
+    nccl_socket_threads: int | None = Field(
+        None, ge=1, le=16,
+        description="GPU runs: NCCL_SOCKET_NTHREADS (NCCL's default if unset); more threads "
+        "and sockets make NCCL's share of a congested link larger against the background flows",
+    )  # fmt: skip
+    nccl_sockets_per_thread: int | None = Field(
+        None, ge=1, le=16, description="GPU runs: NCCL_NSOCKS_PERTHREAD (NCCL's default if unset)"
+    )
+    gpus: Gpus = Field(
+        None,
+        description="GPUs per worker's host: a count, all, a list of device ids, or auto "
+        "(use them when present, else CPU with a warning); unset: CPU",
+    )
+
+    mode: Literal["synthetic", "real"] = Field(
+        "synthetic",
+        description="synthetic: real gradients of a real model's layer sizes, compute emulated per "
+        "layer; real: trains a small torch model",
+    )
+    model: Literal["resnet50"] = Field("resnet50", description="layer sizes (synthetic mode)")
+    profile: str | None = Field(
+        None,
+        description="a layer trace in the seed-002 shape (id name forward backward comm size) "
+        "instead of model; path relative to the scenario",
+    )
+    profile_time_unit: Literal["ns", "us", "ms", "s"] = "us"
+    model_size: Size | None = Field(None, gt=0, description="scale the layer sizes to this total")
+    compute_time: Duration | None = Field(
+        None, gt=0, description="compute per iteration (forward + backward); default 900ms"
+    )
+    compute_to_network_ratio: float | None = Field(
+        None,
+        gt=0,
+        description="R_cp_to_nw = iteration compute time · link rate / (2(1-1/N) · model size · 8); "
+        "sets compute_time",
+    )
+    barrier: bool = Field(
+        True, description="forward waits for all reduced gradients (else for each layer's own)"
+    )
+    fusion_threshold: Size = Field(5_333_329, ge=0, description="Horovod tensor fusion buffer")
+    cycle_time: Duration = Field(0.001, gt=0, description="Horovod background cycle time")
+    iterations: int | None = Field(
+        None, ge=1, description="stop after this many (default: run for the duration)"
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        "cpu",
+        description="kept so that older scenarios load; the device follows gpus (device: cuda "
+        "is refused: set gpus instead)",
+    )
+    batch_size: int = Field(16, ge=1, description="real mode: samples per step")
+
+    derived: HorovodDerived | None = Field(
+        None,
+        description="written when the scenario is resolved; ignored on input",
+        json_schema_extra={"readOnly": True},
+    )
+
+    @property
+    def d(self) -> HorovodDerived:
+        """The derived values (always there once the scenario has been loaded)."""
+        assert self.derived is not None, "scenario not resolved"
+        return self.derived
+
+
+class TorchDdpWorkload(HorovodWorkload):
+    """A data-parallel training job of torch.distributed workers (DistributedDataParallel):
+    gloo on CPU, nccl on GPU. The same fields as `horovod`; `backend` is torch-ddp."""
+
+    kind: Literal["torch-ddp"] = "torch-ddp"  # type: ignore[assignment]
+    backend: Literal["horovod", "torch-ddp"] = Field(
+        "torch-ddp", description="torch-ddp (the kind's own; horovod is refused here)"
+    )
+
+
+def layers_for(w: HorovodWorkload) -> list[models.Layer]:
+    """The synthetic worker's layers: sizes scaled, compute spread (no I/O beyond the trace).
+    A trace keeps its own per-layer times, stretched in proportion when the compute asked for
+    differs (a ratio, or time dilation); a model gets the thesis' arithmetic progression."""
+    if w.profile:
+        layers = models.load_trace(Path(w.profile), w.profile_time_unit)
+    else:
+        layers = models.MODELS[w.model]()
+    if w.model_size:
+        layers = models.scale_to(layers, w.model_size)
+    compute = w.d.compute_time
+    total = models.total_compute(layers)
+    if w.profile and total > 0:
+        if not math.isclose(total, compute):
+            f = compute / total
+            layers = [
+                models.Layer(x.name, x.params, x.forward_s * f, x.backward_s * f) for x in layers
+            ]
+    else:
+        layers = models.with_compute(layers, compute)
+    return layers
+
+
+def resolve(
+    w: HorovodWorkload,
+    s: Any,
+    base_dir: Path | None,
+    ordinal: int = 0,
+    place: Placement | None = None,
+) -> None:
+    """Checks that need the rest of the scenario, then `derived`. `place`: the class and DSCP
+    the loader resolved for the instance."""
+    from testbed.paths import ring_bottleneck
+
+    if w.kind == "torch-ddp" and w.backend != "torch-ddp":
+        raise FieldProblem(("backend",), "kind torch-ddp runs torch-ddp; remove backend")
+    if w.backend == "torch-ddp" and not w.barrier:
+        raise FieldProblem(
+            ("barrier",),
+            "torch-ddp always waits for every gradient bucket before the next step, as "
+            "DDP does; remove barrier: false, or use backend: horovod",
+        )
+    if w.nccl_sockets_per_thread is not None:
+        # NCCL's default is 0 helper threads on a NIC it cannot identify (a veth has
+        # no PCI vendor), and it clamps threads × sockets to 64 (net_socket.cc)
+        threads = w.nccl_socket_threads
+        if threads is None:
+            raise FieldProblem(
+                ("nccl_sockets_per_thread",),
+                "needs nccl_socket_threads too: on the emulated links NCCL starts no "
+                "socket threads of its own, so sockets per thread alone change nothing",
+            )
+        if threads * w.nccl_sockets_per_thread > 64:
+            raise FieldProblem(
+                ("nccl_sockets_per_thread",),
+                f"nccl_socket_threads × nccl_sockets_per_thread is "
+                f"{threads * w.nccl_sockets_per_thread}; NCCL uses at most 64 sockets",
+            )
+    if w.device == "cuda":
+        # gpus decides the devices, their CUDA_VISIBLE_DEVICES and NCCL's host ids; a
+        # bare device: cuda would put every worker on GPU 0 with none of that
+        raise FieldProblem(
+            ("device",),
+            "device: cuda is replaced by gpus; remove device and set gpus: 1 (or all, "
+            "auto, or a list of device ids)",
+        )
+    if w.profile:
+        p = Path(w.profile)
+        p = p if p.is_absolute() else (base_dir or Path.cwd()) / p
+        if not p.is_file():
+            raise FieldProblem(("profile",), f"no such file {w.profile!r}")
+        w.profile = str(p.resolve())
+        try:
+            layers = models.load_trace(p, w.profile_time_unit)
+        except ValueError as e:
+            raise FieldProblem(("profile",), str(e)) from None
+    else:
+        layers = models.MODELS[w.model]()
+    model_bytes = w.model_size or models.total_bytes(layers)
+    hosts = w.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
+    n = len(hosts)
+    bpi = round(2 * (1 - 1 / n) * model_bytes)
+    link = ring_bottleneck(s.topology, hosts)
+    if w.compute_to_network_ratio is not None:
+        if w.compute_time is not None:
+            raise FieldProblem(
+                ("compute_time",), "give compute_time or compute_to_network_ratio, not both"
+            )
+        ratio = w.compute_to_network_ratio
+        compute = ratio * bpi * 8 / link
+    else:
+        compute = w.compute_time
+        if compute is None:
+            compute = models.total_compute(layers) if w.profile else DEFAULT_COMPUTE_S
+        ratio = compute * link / (bpi * 8)
+    assert place is not None
+    w.derived = HorovodDerived(
+        **place.model_dump(),
+        compute_time=compute,
+        compute_to_network_ratio=ratio,
+        model_bytes=model_bytes,
+        bytes_per_iteration=bpi,
+        bottleneck_bps=link,
+    )
+
+
+def dilate(w: HorovodWorkload, k: float) -> dict[str, Any]:
+    """The derived compute (from R, a trace or the default) made explicit, then dilated;
+    giving compute_time drops the ratio it came from."""
+    return {"compute_time": w.d.compute_time * k, "cycle_time": w.cycle_time * k}
+
+
+SUMMARY = {
+    "workers": "1",
+    "iterations": "1",
+    "iterations_per_worker": {"*": "1"},
+    "iterations_measured": "1",
+    "iteration_time_s": {k: "s" for k in ("mean", "p50", "p99")},
+    "compute_time_s": "s",
+    "compute_to_network_ratio": "1",
+    "bytes_per_iteration": "B",
+    "bottleneck_bps": "bps",
+    "compute_s_mean": "s",
+    "wait_s_mean": "s",
+    "min_iteration_over_compute": "1",
+    "dscp": "1",
+}
+
+for _kind, _config, _doc in (
+    ("horovod", HorovodWorkload, HorovodWorkload.__doc__),
+    ("torch-ddp", TorchDdpWorkload, TorchDdpWorkload.__doc__),
+):
+    register(
+        Kind(
+            name=_kind,
+            config=_config,
+            controller="testbed.workloads.training.controller:make",
+            report="testbed.workloads.training.report",
+            summary=SUMMARY,
+            resolve=resolve,
+            dilate=dilate,
+            preflight="testbed.workloads.training.gpus:preflight",
+            predict="testbed.workloads.training.predict:for_instance",
+            predictable=lambda w: w.mode == "synthetic",
+            devices="testbed.workloads.training.gpus:devices",
+            binaries=("iptables",),
+            default_class="default",
+            doc=_doc or "",
+        )
+    )
+
+
+def iterations_file(name: str) -> str:
+    """An instance's merged records in the run folder: iterations.csv for an instance named as
+    a training kind (the scenarios before named instances), iterations-<name>.csv otherwise."""
+    return "iterations.csv" if name in ("horovod", "torch-ddp") else f"iterations-{name}.csv"

@@ -1,0 +1,164 @@
+"""websearch: latency-critical background flows, Poisson arrivals at every host, sizes from the
+web-search CDF (DCTCP/pFabric). Its configuration, derived values, summary shape and
+registration.
+
+Derived (thesis formula 5.3, per host): U_background = arrival rate · mean flow size · 8 /
+host link rate; either side may be given. On a leaf-spine the flows that leave their leaf
+also load the fabric: `fabric_utilization` is the busiest leaf–spine link's share.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from testbed.fields import FieldProblem, Percent
+from testbed.workloads.base import Placed, Placement
+from testbed.workloads.registry import Kind, register
+from testbed.workloads.websearch import flowsizes
+
+PORT = 5301  # the first web-search instance's servers; the n-th adds n
+SIZE_CDFS = ("websearch", "datamining")
+
+
+class WebsearchDerived(Placement):
+    """Values derived from a web-search workload's inputs (thesis formula 5.3, per host)."""
+
+    arrival_rate: float = Field(description="flows per second started by each host")
+    utilization: float = Field(description="percent of one host link's rate")
+    mean_flow_size: float
+    fabric_utilization: float | None = Field(
+        None, description="leaf-spine: percent of the busiest leaf–spine link's rate"
+    )
+
+
+class WebsearchWorkload(Placed):
+    """Latency-critical background flows: a new TCP connection per flow, Poisson arrivals at
+    every host. As in the thesis, the arrival rate is each host's, and the utilization is the
+    load this workload puts on one host link."""
+
+    kind: Literal["websearch"] = "websearch"
+    sizes: str = Field(
+        "websearch",
+        description="flow size CDF: websearch (DCTCP/pFabric), datamining, or a CSV file of "
+        "'bytes,cdf' rows (path relative to the scenario)",
+    )
+    arrival_rate: float | None = Field(
+        None,
+        gt=0,
+        description="flows per second started by EACH host (Poisson), to uniformly random other "
+        "hosts; the thesis' 23-184 flows/s are per host",
+    )
+    utilization: Percent | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="the load on one host link: arrival_rate (per host) · mean flow size · 8 / "
+        "link rate (thesis formula 5.3); sets arrival_rate",
+    )
+    port: int | None = Field(
+        None, ge=1024, le=65535, description="its servers' port (default: 5301, +1 per instance)"
+    )
+
+    derived: WebsearchDerived | None = Field(
+        None,
+        description="written when the scenario is resolved; ignored on input",
+        json_schema_extra={"readOnly": True},
+    )
+
+    @property
+    def d(self) -> WebsearchDerived:
+        assert self.derived is not None, "scenario not resolved"
+        return self.derived
+
+
+def resolve(
+    w: WebsearchWorkload,
+    s: Any,
+    base_dir: Path | None,
+    ordinal: int = 0,
+    place: Placement | None = None,
+) -> None:
+    """Per host, as in the thesis: each host starts `arrival_rate` flows/s, so each host link
+    carries arrival_rate · mean size on average (its own flows' replies come in on its downlink,
+    and the requests of the others go out on its uplink)."""
+    from testbed.paths import fabric_load_per_host_load
+
+    try:
+        cdf, w.sizes = flowsizes.resolve(w.sizes, base_dir)
+    except ValueError as e:
+        raise FieldProblem(("sizes",), str(e)) from None
+    mean = round(flowsizes.mean(cdf), 1)
+    link = s.topology.link_rate
+    if w.utilization is not None:
+        if w.arrival_rate is not None:
+            raise FieldProblem(("arrival_rate",), "give arrival_rate or utilization, not both")
+        util = w.utilization
+        rate = util / 100 * link / (mean * 8)
+    elif w.arrival_rate is not None:
+        rate = w.arrival_rate
+        util = rate * mean * 8 / link * 100
+    else:
+        raise FieldProblem(
+            ("arrival_rate",),
+            "set arrival_rate (flows/s per host) or utilization (e.g. 12.5%)",
+        )
+    fabric = None
+    if s.topology.kind == "leaf-spine":
+        hosts = w.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
+        per_host = rate * mean * 8
+        fabric = per_host * fabric_load_per_host_load(s.topology, hosts)
+        fabric = fabric / s.topology.fabric_link_rate * 100
+    if w.port is None:
+        w.port = PORT + ordinal
+    assert place is not None
+    w.derived = WebsearchDerived(
+        **place.model_dump(),
+        arrival_rate=rate,
+        utilization=util,
+        mean_flow_size=mean,
+        fabric_utilization=fabric,
+    )
+
+
+def dilate(w: WebsearchWorkload, k: float) -> dict[str, Any]:
+    return {"arrival_rate": w.d.arrival_rate / k}
+
+
+_FCT = {"count": "1", "censored": "1", "failed": "1", "mean": "s", "p50": "s", "p99": "s"}
+
+register(
+    Kind(
+        name="websearch",
+        config=WebsearchWorkload,
+        controller="testbed.workloads.websearch.controller:Websearch",
+        report="testbed.workloads.websearch.report",
+        summary={
+            "hosts": "1",
+            "flows_started": "1",
+            "flows_completed": "1",
+            "flows_measured": "1",
+            "censored": "1",
+            "failed": "1",
+            "arrival_rate_per_host": {"configured": "hz", "achieved": "hz"},
+            "utilization_pct": {"configured": "pct", "offered": "pct"},
+            "mean_flow_size": "B",
+            "fct_s": {c: _FCT for c in ("small", "medium", "large", "all")},
+            "start_lag_s": {"mean": "s", "p99": "s", "max": "s"},
+            "max_flow_rate_over_link": "1",
+            "flows_over_link_rate": "1",
+            "dscp": "1",
+        },
+        resolve=resolve,
+        dilate=dilate,
+        doc=WebsearchWorkload.__doc__ or "",
+    )
+)
+
+
+def flows_file(name: str) -> str:
+    """An instance's merged records in the run folder: flows.csv for the instance named
+    websearch (the scenarios before named instances), flows-<name>.csv for another."""
+    return "flows.csv" if name == "websearch" else f"flows-{name}.csv"

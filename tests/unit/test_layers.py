@@ -1,0 +1,102 @@
+"""testbed's modules import downward only: no cycle among them, imports inside functions and
+under TYPE_CHECKING included (a cycle there is one a refactoring turns into an ImportError)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "testbed"
+
+
+def module_graph() -> dict[str, set[str]]:
+    mods: dict[str, Path] = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = p
+
+    def known(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            for t in targets:
+                if t.startswith("testbed") and (k := known(t)) and k != m:
+                    graph[m].add(k)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles_in_testbed():
+    graph = module_graph()
+    assert len(graph) > 50, "the walk found too few modules"
+    found = cycles(graph)
+    assert found == [], "import cycles: " + "; ".join(" ↔ ".join(c) for c in found)
+
+
+def test_the_cycle_finder_finds_one():
+    """So that the test above can fail: a made-up graph with a cycle through a function."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_runtime_is_named_outside_runtime():
+    """Every stage reaches nodes through the runtime it is given; only runtime/ branches on a
+    runtime's name (and the schema, which lists the runtimes and their options)."""
+    import re
+
+    branch = re.compile(r"runtime\s*[!=]=\s*[\"'](docker|netns)[\"']")
+    offenders = []
+    for p in PACKAGE.rglob("*.py"):
+        rel = p.relative_to(PACKAGE)
+        if rel.parts[0] == "runtime" or rel.name == "scenario.py":
+            continue
+        offenders += [f"{rel}: {m.group(0)}" for m in branch.finditer(p.read_text())]
+    assert offenders == []
