@@ -588,12 +588,36 @@ def validate(data: Any, source: str, base_dir: Path | None = None) -> Scenario:
         raise ScenarioError(format_validation_error(e, source)) from None
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error: PyYAML keeps the
+    last one silently, and two workload instances of one name would quietly become one."""
+
+
+def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise ScenarioError(
+                f"{key!r} is given twice in one mapping (lines {seen[key]} and {line}); "
+                "each key, and each workload instance's name, must be unique"
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def read_yaml(p: Path) -> Any:
     """A scenario file's mapping; a YAML error is one line with its place."""
     if not p.is_file():
         raise ScenarioError(f"{p}: no such scenario file")
     try:
-        return yaml.safe_load(p.read_text())
+        return yaml.load(p.read_text(), Loader=_UniqueKeys)
+    except ScenarioError as e:
+        raise ScenarioError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
