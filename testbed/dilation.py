@@ -36,14 +36,6 @@ from testbed.workloads import kinds
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
 
-# the raw records' durations, per file: each gets a wall-clock twin column `<name>_wall`
-RECORD_DURATIONS = {
-    "flows.csv": ("fct_s", "lag_s"),
-    "iterations.csv": ("duration_s", "compute_s", "wait_s"),
-    "linkcheck/short.csv": ("fct_s",),
-}
-
-
 def wall_overrides(s: Scenario) -> dict[str, Any]:
     """The dotted-path values that turn `s` into the scenario the machine runs (K = 1: none):
     the run's own clocks and rates here, each workload instance's from its kind."""
@@ -122,12 +114,13 @@ def scenario_summary(
     return out
 
 
-def scenario_records(run_dir: Path, k: float) -> None:
-    """The run's merged records with their durations in scenario time, each beside its
-    wall-clock twin (`fct_s` and `fct_wall_s`); timestamps (`start`, `end`) stay wall-clock
-    epochs, where the window's edges in summary.json are too. Done for K = 1 as well, so the
-    columns do not depend on the scenario."""
-    for name, cols in RECORD_DURATIONS.items():
+def scenario_records(run_dir: Path, k: float, files: dict[str, tuple[str, ...]]) -> None:
+    """The run's merged records (`files`: name in the run folder → its duration columns, from
+    the kinds, record_files) with their durations in scenario time, each beside its wall-clock
+    twin (`fct_s` and `fct_wall_s`); timestamps (`start`, `end`) stay wall-clock epochs, where
+    the window's edges in summary.json are too. Done for K = 1 as well, so the columns do not
+    depend on the scenario."""
+    for name, cols in files.items():
         path = run_dir / name
         if not path.is_file():
             continue
@@ -151,3 +144,13 @@ def scenario_records(run_dir: Path, k: float) -> None:
             writer.writeheader()
             writer.writerows(rows)
         tmp.replace(path)
+
+
+def record_files(s: Scenario) -> dict[str, tuple[str, ...]]:
+    """Each workload instance's merged records and their duration columns (its kind's)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, w in s.workloads.items():
+        kind = kinds.get(w.kind)
+        if kind.records is not None:
+            out[kind.records(name)] = kind.record_durations
+    return out

@@ -306,7 +306,7 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
             )
     if result.summary:
         summary = dilation.scenario_summary(result.summary, k, expect.template_for(s))
-        dilation.scenario_records(run_dir, k)
+        dilation.scenario_records(run_dir, k, dilation.record_files(s))
     else:
         summary = {
             "scenario": s.name,

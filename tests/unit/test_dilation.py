@@ -151,8 +151,9 @@ def test_records_keep_both_clocks(tmp_path):
     (tmp_path / "iterations.csv").write_text(
         "worker,duration_s,compute_s,wait_s\nh1,28.3,28.0,0.3\n"
     )
-    dilation.scenario_records(tmp_path, 100)
-    dilation.scenario_records(tmp_path, 100)  # twice: done once
+    files = {"flows.csv": ("fct_s", "lag_s"), "iterations.csv": ("duration_s", "compute_s", "wait_s")}
+    dilation.scenario_records(tmp_path, 100, files)
+    dilation.scenario_records(tmp_path, 100, files)  # twice: done once
     with open(tmp_path / "flows.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == [

@@ -93,6 +93,8 @@ register(
         },
         resolve=resolve,
         dilate=dilate,
+        records=lambda name: f"{name}/short.csv",
+        record_durations=("fct_s",),
         hosts_field=False,
         doc=LinkcheckWorkload.__doc__ or "",
     )

@@ -308,6 +308,8 @@ for _kind, _config, _doc in (
             summary=SUMMARY,
             resolve=resolve,
             dilate=dilate,
+            records=lambda name: iterations_file(name),
+            record_durations=("duration_s", "compute_s", "wait_s"),
             preflight="testbed.workloads.training.gpus:preflight",
             predict="testbed.workloads.training.predict:for_instance",
             predictable=lambda w: w.mode == "synthetic",

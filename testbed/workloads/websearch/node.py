@@ -231,7 +231,7 @@ class Generator:
 
 async def amain(args: argparse.Namespace) -> int:
     cfg = json.loads(Path(args.config).read_text())
-    server = await asyncio.start_server(
+    server = await asyncio.start_server(  # kept referenced: it serves until SIGTERM
         lambda r, w: _serve_one(r, w, cfg["dscp"]), host=args.bind, port=cfg["port"], backlog=1024
     )
     metrics = start_node_exporter("websearch", args.metrics)
@@ -250,11 +250,11 @@ async def amain(args: argparse.Namespace) -> int:
     args.out.with_suffix(".ready").touch()
     window = await asyncio.to_thread(wait_for_go, args.go)
     await gen.run(window)
-    server.close()
     args.out.with_suffix(".done").touch()
-    if metrics is not None:
-        while True:  # keep the exporter up for the final scrape, until SIGTERM
-            await asyncio.sleep(3600)
+    # keep serving (other hosts' flows to this one may still be draining) and exporting (the
+    # final scrape), until the controller stops every generator with SIGTERM
+    async with server:
+        await asyncio.Event().wait()
     return 0
 
 

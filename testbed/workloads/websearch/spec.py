@@ -153,6 +153,8 @@ register(
         },
         resolve=resolve,
         dilate=dilate,
+        records=lambda name: flows_file(name),
+        record_durations=("fct_s", "lag_s"),
         doc=WebsearchWorkload.__doc__ or "",
     )
 )
