@@ -542,9 +542,12 @@ class _RichSweepUI:
             )
         elif outcome.status == "ok":  # one line per run, also where no live display is drawn
             self.p.console.print(
-                f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}",
+                f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}"
+                + (f", expect: {outcome.expect_column}" if outcome.checks else ""),
                 highlight=False,
             )
+        for line in outcome.failed_checks:
+            self.p.console.print(f"  [red]{line}[/]", highlight=False, soft_wrap=True)
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -570,8 +573,9 @@ def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbos
     """Run every point of SWEEP_FILE (axes × paired axes × seeds), one after another.
 
     A run that finished before (same resolved scenario) is not run again, so an interrupted
-    sweep resumes where it stopped; a failed run is recorded and the sweep goes on. Writes one
-    run folder per point, sweep.csv and sweep.json; `testbed report OUT` aggregates them."""
+    sweep resumes where it stopped; a failed run is recorded and the sweep goes on, and so does
+    a point whose expect: checks fail (exit 3 at the end). Writes one run folder per point,
+    sweep.csv and sweep.json; `testbed report OUT` aggregates them."""
     from testbed import sweep as sw
 
     spec = sw.load_spec(sweep_file)
@@ -597,13 +601,17 @@ def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbos
         outcomes = sw.run_sweep(spec, points, out, run_one, _RichSweepUI(progress))
     ran = [o for o in outcomes if o.status in ("ok", "failed")]
     failed = [o for o in outcomes if o.status == "failed"]
+    unmet = [o for o in outcomes if o.failed_checks]
     Console().print(
         f"sweep {spec.name}: {len(points)} points, {len(ran)} run now "
-        f"({len(outcomes) - len(ran)} finished earlier), {len(failed)} failed; "
-        f"results in {out}/sweep.csv — aggregate with `testbed report {out}`"
+        f"({len(outcomes) - len(ran)} finished earlier), {len(failed)} failed"
+        + (f", {len(unmet)} failed their expect: checks" if unmet else "")
+        + f"; results in {out}/sweep.csv — aggregate with `testbed report {out}`"
     )
     if failed:
         sys.exit(1)
+    if unmet:
+        sys.exit(3)
 
 
 def _print_dry_run(spec: Any, points: list[Any]) -> None:
@@ -663,9 +671,11 @@ def images_build(base: str | None, force: bool) -> None:
 
 @main.command()
 @click.option("--force", is_flag=True, help="also stop runs whose orchestrator is still alive")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
 @_friendly
-def down(force: bool) -> None:
-    """Remove everything earlier runs left behind (after kill -9, a crash, a reboot of testbed).
+def down(force: bool, run_ids: tuple[str, ...]) -> None:
+    """Remove everything earlier runs left behind (after kill -9, a crash, a reboot of testbed);
+    only the runs RUN_ID... when given (`testbed status` lists them).
 
     Only objects recorded in a run's state file are touched, and containers that carry
     testbed's labels and names for a run that is not alive. Idempotent."""
@@ -677,7 +687,8 @@ def down(force: bool) -> None:
     from testbed.state import RunLock, RunState, all_states
 
     require_root("testbed down")
-    states = all_states()
+    wanted = set(run_ids)
+    states = [st for st in all_states() if not wanted or st.run_id in wanted]
     cleaned = 0
     failed = False
     for st in states:
@@ -732,6 +743,8 @@ def down(force: bool) -> None:
     # state file is gone still has those found, and only those testbed labelled.
     for kind in runtimes.RUNTIMES.values():
         for rid, names in kind.orphans().items():
+            if wanted and rid not in wanted:
+                continue
             problems = kind.remove_orphans(rid)
             for p in problems:
                 click.echo(f"run {rid}: {p}", err=True)
@@ -752,12 +765,12 @@ def down(force: bool) -> None:
         if NETNS_DIR.is_dir()
         else []
     )
-    if strays:
+    if strays and not wanted:
         click.echo(
             "namespaces named like testbed's but recorded by no run (left alone; remove with "
             f"`ip netns del NAME` if they are yours): {' '.join(strays)}"
         )
-    if not states and not cleaned:
+    if not cleaned and not failed:
         click.echo("nothing to remove")
     elif cleaned:
         click.echo(f"cleaned {cleaned} run(s)")

@@ -36,6 +36,7 @@ from testbed.workloads import kinds
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
 
+
 def wall_overrides(s: Scenario) -> dict[str, Any]:
     """The dotted-path values that turn `s` into the scenario the machine runs (K = 1: none):
     the run's own clocks and rates here, each workload instance's from its kind."""

@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from testbed import expect
 from testbed.errors import EnvironmentProblem, ScenarioError, TestbedError
 from testbed.resolve import load_scenario, with_overrides
 from testbed.runs import instances
@@ -116,6 +117,16 @@ class Outcome:
     wall_s: float = 0.0
     error: str | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    failed_checks: list[str] = field(default_factory=list)  # the scenario's expect:, FAIL lines
+    checks: int = 0
+
+    @property
+    def expect_column(self) -> str:
+        """sweep.csv's `expect`: empty without checks (or without a run to check)."""
+        if not self.checks or self.status not in ("ok", "skipped"):
+            return ""
+        n = len(self.failed_checks)
+        return f"{n} of {self.checks} failed" if n else "passed"
 
 
 def short_name(axis: str) -> str:
@@ -124,7 +135,7 @@ def short_name(axis: str) -> str:
 
 
 # sweep.csv's own columns; an axis may not be called like one of them
-RESERVED = {"index", "folder", "seed", "status", "wall_s", "error"}
+RESERVED = {"index", "folder", "seed", "status", "wall_s", "error", "expect"}
 
 
 def _label(v: Any) -> str:
@@ -308,6 +319,7 @@ def run_sweep(
                 summary = json.loads((prior / "summary.json").read_text())
                 p.folder = prior.name
                 outcomes.append(Outcome(p, "skipped", 0.0, None, summary))
+                check(outcomes[-1], prior)
                 ui.end_point(outcomes[-1], len(outcomes), len(points))
                 continue
             folder = runs_dir / p.folder
@@ -333,6 +345,7 @@ def run_sweep(
                     (folder / "point.json").write_text(json.dumps(
                         {"index": p.index, "labels": p.labels, "overrides": p.overrides,
                          "identity": p.identity}, indent=1))  # fmt: skip
+            check(o, folder)
             walls.append(o.wall_s)
             outcomes.append(o)
             ui.end_point(o, len(outcomes), len(points))
@@ -340,6 +353,18 @@ def run_sweep(
     finally:
         write_results(spec, points, outcomes, out, time.monotonic() - t_sweep)
     return outcomes
+
+
+def check(o: Outcome, folder: Path) -> None:
+    """The point's `expect:` checks on its summary, as `up` evaluates them, kept in the run
+    folder (expectations.json); a failed check does not stop the sweep."""
+    s = o.point.scenario
+    if not s.expect or o.status not in ("ok", "skipped"):
+        return
+    outcomes = expect.verdict(s, o.summary)
+    (folder / "expectations.json").write_text(json.dumps(expect.to_json(outcomes), indent=2))
+    o.checks = len(outcomes)
+    o.failed_checks = [x.line() for x in outcomes if not x.passed]
 
 
 def _summary_of(folder: Path) -> dict[str, Any]:
@@ -388,7 +413,7 @@ def write_results(
             "index": o.point.index, "folder": f"runs/{o.point.folder}",
             **{short_name(k) if k in spec.axes else k: o.point.labels[k] for k in names},
             "status": "ok" if o.status == "skipped" else o.status,
-            "wall_s": round(o.wall_s, 2), "error": o.error or "",
+            "wall_s": round(o.wall_s, 2), "error": o.error or "", "expect": o.expect_column,
             **key_metrics(o.summary),
         })  # fmt: skip
     if rows:
@@ -405,6 +430,7 @@ def write_results(
         "ran": sum(1 for o in outcomes if o.status in ("ok", "failed")),
         "ok": sum(1 for o in outcomes if o.status in ("ok", "skipped")),
         "failed": sum(1 for o in outcomes if o.status == "failed"),
+        "expect_failed": sum(1 for o in outcomes if o.failed_checks),
         "wall_s": round(wall_s, 1),
         "run_s": round(sum(o.wall_s for o in outcomes), 1),
         "results": rows,

@@ -39,7 +39,9 @@ class Kind:
     predictable: Callable[[Any], bool] | None = None  # (cfg): whether `predict` knows it
     devices: str | None = None  # "module:callable" (cfg, hosts) → GPUs per host name
     binaries: tuple[str, ...] = ()  # host tools its controller runs (checked before a run)
-    records: Callable[[str], str] | None = None  # (name) → its merged records' file in the run folder
+    records: Callable[[str], str] | None = (
+        None  # (name) → its merged records' file in the run folder
+    )
     record_durations: tuple[str, ...] = ()  # their duration columns (a wall-clock twin each)
     hosts_field: bool = True  # takes `hosts`, `tc_class`/`dscp` (the common placement)
     default_class: str = (

@@ -1,12 +1,13 @@
 """Every integration test checks that it left nothing behind, and cleans up if it did, so one
-failure cannot cascade into the tests after it."""
+failure cannot cascade into the tests after it. Runs this session did not start (someone's
+experiment on the same machine) are neither counted nor touched."""
 
 import pytest
 
 from testbed.runtime.registry import teardown
 from testbed.state import all_states
 
-from .helpers import present_objects
+from .helpers import foreign_runs, present_objects
 
 
 @pytest.fixture(autouse=True)
@@ -15,9 +16,10 @@ def nothing_left_behind():
     known = {st.run_id for st in all_states()}
     yield
     after = present_objects()
+    ids, _ = foreign_runs()
     if after - before:
         for st in all_states():
-            if st.run_id not in known:
+            if st.run_id not in known and st.run_id not in ids:
                 teardown(st)
                 st.remove()
     assert after <= before, f"left behind: {sorted(after - before)}"

@@ -22,6 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def present_objects() -> set[str]:
+    """Everything on this machine that looks like a testbed object, but those of runs this test
+    session did not start (`foreign_runs`)."""
+    ids, pids = foreign_runs()
+    return {o for o in all_objects() if not of_runs(o, ids, pids)}
+
+
+def all_objects() -> set[str]:
     """Everything on this machine that looks like a testbed object."""
     found = set()
     if NETNS_DIR.is_dir():
@@ -43,6 +50,46 @@ def present_objects() -> set[str]:
         if b"testbed.guardian\0" in cmd and running(pid):
             found.add(f"guardian:{pid}")
     return found | containers()
+
+
+def foreign_runs() -> tuple[set[str], set[int]]:
+    """Runs live on this machine that this test session did not start (an experiment beside the
+    suite): their ids and orchestrator pids. Tests neither count their objects as left behind
+    nor tear them down: doing so once killed a user's sweep mid-run."""
+    import psutil
+
+    from testbed.state import all_states
+
+    me = os.getpid()
+    ids, pids = set(), set()
+    for st in all_states():
+        if not st.alive():
+            continue
+        try:
+            ours = any(p.pid == me for p in psutil.Process(st.pid).parents())
+        except psutil.Error:
+            continue
+        if not ours:
+            ids.add(st.run_id)
+            pids.add(st.pid)
+    return ids, pids
+
+
+def of_runs(obj: str, ids: set[str], pids: set[int]) -> bool:
+    """Is the object `present_objects` names one of these runs'?"""
+    import psutil
+
+    kind, _, name = obj.partition(":")
+    if kind in ("netns", "container"):
+        return any(name.startswith(f"tb-{i}-") for i in ids)
+    if kind == "link":
+        return name[2:8] in ids
+    if kind == "state":
+        return name.split(".")[0] in ids
+    try:  # a process: a foreign orchestrator's child (its Prometheus, its guardian)
+        return any(p.pid in pids for p in psutil.Process(int(name)).parents())
+    except psutil.Error:
+        return False
 
 
 def running(pid: int | str) -> bool:

@@ -129,7 +129,10 @@ def test_kill9_of_orchestrator_and_guardian_then_down(tmp_path):
     assert all(Path("/run/netns", n).exists() for n in namespaces), "nothing left to clean?"
     assert not pids_in(namespaces), "the node processes died with the orchestrator"
     assert "dead" in run_cli("status").stdout
-    r = run_cli("down")
+    r = run_cli("down", "0ther0")  # another run's id: this one is not touched
+    assert r.returncode == 0 and "nothing to remove" in r.stdout, r.stdout + r.stderr
+    assert all(Path("/run/netns", n).exists() for n in namespaces)
+    r = run_cli("down", run_id)
     assert r.returncode == 0, r.stderr
     assert f"removed run {run_id}" in r.stdout
     assert not any(Path("/run/netns", n).exists() for n in namespaces)
@@ -205,7 +208,7 @@ def test_down_force_waits_for_the_runs_own_teardown(tmp_path):
     )
     try:
         wait_running(run_id, proc)
-        r = run_cli("down", "--force")
+        r = run_cli("down", "--force", run_id)
         proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -244,7 +247,9 @@ def test_cross_check_agrees_however_late_it_asks(tmp_path):
     sink = Prometheus(tmp_path, 0.2, recorded.append)
     try:
         assert recorded and recorded[0]["pid"] == sink.proc.pid  # recorded before ready
-        sink.set_targets({"orchestrator": [f"127.0.0.1:{port}"]}, {"run_id": "abcdef"})
+        sink.set_targets(
+            {"orchestrator": ("orchestrator", [f"127.0.0.1:{port}"])}, {"run_id": "abcdef"}
+        )
         rows = [
             ({"node": f"h{i}", "direction": d, "class": "high"},
              {"bytes": 1000 * i, "packets": i, "drops": 0, "backlog": 0})

@@ -151,7 +151,10 @@ def test_records_keep_both_clocks(tmp_path):
     (tmp_path / "iterations.csv").write_text(
         "worker,duration_s,compute_s,wait_s\nh1,28.3,28.0,0.3\n"
     )
-    files = {"flows.csv": ("fct_s", "lag_s"), "iterations.csv": ("duration_s", "compute_s", "wait_s")}
+    files = {
+        "flows.csv": ("fct_s", "lag_s"),
+        "iterations.csv": ("duration_s", "compute_s", "wait_s"),
+    }
     dilation.scenario_records(tmp_path, 100, files)
     dilation.scenario_records(tmp_path, 100, files)  # twice: done once
     with open(tmp_path / "flows.csv", newline="") as f:

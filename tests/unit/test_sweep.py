@@ -176,3 +176,39 @@ def test_planned_flows_match_the_thesis_grid_sizing():
     # and the per-host rate is the thesis': 3.125 % of 100 Mbit/s with 1.71 MB flows
     rate = base.workloads.websearch.d.arrival_rate
     assert rate == pytest.approx(0.03125 * 100e6 / (1_711_550 * 8), rel=1e-3)
+
+
+def test_each_point_is_checked_against_its_expect(tmp_path):
+    """A sweep's `expect:` is evaluated per point, as `up` does: kept in the run folder, shown
+    in sweep.csv's `expect` column, counted in sweep.json; a failing point does not stop it."""
+    base = {**BASE, "expect": ["horovod.iteration_time_s.mean < 400ms"]}
+    p = write(tmp_path, {"seeds": [1, 2]}, base)
+    spec = sw.load_spec(p)
+    out = tmp_path / "out"
+    means = {1: 0.35, 2: 0.45}  # hand-set: seed 2 breaks the 400 ms limit
+
+    def fake_run(scenario, folder, _ui):
+        folder.mkdir(parents=True)
+        summary = {"status": "ok", "horovod": {"iteration_time_s": {"mean": means[scenario.seed]}}}
+        (folder / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+    class UI:
+        def start_point(self, *a):
+            return None
+
+        def end_point(self, *a):
+            pass
+
+    outcomes = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    assert [o.expect_column for o in outcomes] == ["passed", "1 of 1 failed"]
+    assert "FAIL" in outcomes[1].failed_checks[0] and "450ms" in outcomes[1].failed_checks[0]
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["expect_failed"] == 1 and doc["failed"] == 0
+    assert [r["expect"] for r in doc["results"]] == ["passed", "1 of 1 failed"]
+    kept = json.loads((out / "runs" / outcomes[1].point.folder / "expectations.json").read_text())
+    assert kept[0]["passed"] is False and kept[0]["measured"][0]["value"] == 0.45
+    # resumed: nothing runs again, the checks are evaluated again on the kept summaries
+    again = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    assert [o.status for o in again] == ["skipped", "skipped"]
+    assert [o.expect_column for o in again] == ["passed", "1 of 1 failed"]
