@@ -60,3 +60,24 @@ def fabric_load_per_host_load(topology: Any, hosts: list[str]) -> float:
         for leaf in {leaf_of(topology, h) for h in hosts}
     )
     return per_leaf * crossing_share(topology, hosts) / topology.spines
+
+
+def link_seconds(topology: Any, transfers: list[tuple[str, str, float]]) -> dict[str, float]:
+    """How long each link is busy carrying `transfers` ((src, dst, bytes), at its wire rate):
+    "h3 up" / "h3 down" for host links; on a leaf-spine "leaf2 up" / "leaf2 down" for the
+    leaf's links to the spines together (ECMP spreads the flows over them: spines × fabric
+    rate). The largest is the transfers' time on this topology, whatever the scheduling."""
+    busy: dict[str, float] = {}
+
+    def add(link: str, nbytes: float, rate: float) -> None:
+        busy[link] = busy.get(link, 0.0) + nbytes * 8 / rate
+
+    for src, dst, nbytes in transfers:
+        add(f"{src} up", nbytes, topology.link_rate)
+        add(f"{dst} down", nbytes, topology.link_rate)
+        a, b = leaf_of(topology, src), leaf_of(topology, dst)
+        if a != b:
+            fabric = topology.fabric_link_rate * topology.spines
+            add(f"leaf{a} up", nbytes, fabric)
+            add(f"leaf{b} down", nbytes, fabric)
+    return busy

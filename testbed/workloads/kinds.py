@@ -3,6 +3,7 @@ this module (which registers them), then `get(name)`. A new kind adds its spec m
 
 from __future__ import annotations
 
+from testbed.workloads.ensemble import spec as _ensemble  # noqa: F401
 from testbed.workloads.incast import spec as _incast  # noqa: F401
 from testbed.workloads.linkcheck import spec as _linkcheck  # noqa: F401
 from testbed.workloads.registry import KINDS, Kind

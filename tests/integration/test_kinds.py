@@ -1,0 +1,140 @@
+"""The kinds added through the registry, run for real: incast queries and ensemble pipelines.
+Their figures are judged against the clock and the links (hand-computed), and the kernel's
+class counters say which links carried them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from tests.bounds import rate_at_least
+
+from .helpers import run_scenario
+
+LINK = 100e6
+BLOCK = 8 * 150_528  # the ensemble's preprocessed block below: batch 8
+RAW = 8 * 110_000
+
+
+def uplink(s, node: str, cls: str = "be") -> float:
+    """bits/s the node's uplink carried in the class over the measured window."""
+    (x,) = [x for x in s["links"] if x["node"] == node and x["direction"] == "up"]
+    return x["classes"][cls]["rate_bps"]
+
+
+def test_incast_queries_meet_in_the_aggregators_downlink(tmp_path):
+    s = run_scenario(tmp_path, {
+        "duration": "10s", "topology": {"hosts": 4, "link_rate": "100mbit"},
+        "measure": {"warmup": "1s", "cooldown": "1s"},
+        "workloads": {"incast": {"kind": "incast", "response_size": "100KB", "utilization": "20%"}},
+    })  # fmt: skip
+    q = s["incast"]
+    assert s["status"] == "ok" and q["fanout"] == 3 and q["failed"] == 0
+    # 20 % of 100 Mbit/s in responses of 3 × 100 KB: 8.33 queries/s per host, 8 s measured
+    # × 4 hosts = 267 expected (Poisson: ±3σ = ±49)
+    assert q["query_rate_per_host"]["configured"] == pytest.approx(0.2 * LINK / (3 * 100e3 * 8))
+    assert 200 <= q["queries_measured"] <= 330, q["queries_measured"]
+    assert q["queries_completed"] >= 0.95 * q["queries_started"]
+    # no query's 300 KB arrived faster than the aggregator's downlink: ≥ 24 ms each
+    with open(tmp_path / "run" / "queries.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["completed"] == "True"]
+    assert len(rows) == q["queries_completed"]
+    assert min(float(r["qct_s"]) for r in rows) >= 300e3 * 8 / LINK
+    assert q["queries_over_link_rate"] == 0 and q["max_query_rate_over_link"] <= 1.0
+    # the responses put 20 % of a link on the downlinks (headers on top: at most a tenth more)
+    down = [x["classes"]["be"]["rate_bps"] for x in s["links"] if x["direction"] == "down"]
+    mean = sum(down) / len(down)
+    assert mean <= 0.2 * LINK * 1.25, mean
+    rate_at_least(mean, 0.2 * LINK * 0.8, s, "the responses on the downlinks")
+
+
+def ensemble_run(tmp_path, **cfg):
+    return run_scenario(tmp_path, {
+        "duration": "10s", "topology": {"hosts": 5, "link_rate": "100mbit"},
+        "measure": {"warmup": "2s", "cooldown": "1s"},
+        "workloads": {"ensemble": {"kind": "ensemble", "batch": 8, "models": 4, **cfg}},
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cfg", "limit", "busy", "idle"),
+    [
+        # hand-computed: images per round over the busiest link's bytes per round at 100 Mbit/s
+        ({"pattern": "all-shared"}, 32 / (3 * BLOCK * 8 / LINK), ["h1", "h2", "h3", "h4"], []),
+        ({"pattern": "multi-broadcast", "preprocessors": 2}, 16 / (3 * BLOCK * 8 / LINK),
+         ["h1", "h2"], ["h3", "h4"]),
+        ({"pattern": "single-broadcast", "preprocessors": 2}, 16 / (5 * BLOCK * 8 / LINK),
+         ["h1", "h2"], ["h3", "h4"]),
+        ({"pattern": "duplicated", "storage": "h5"}, 8 / (4 * RAW * 8 / LINK),
+         ["h5"], ["h1", "h2", "h3", "h4"]),
+    ],
+)  # fmt: skip
+def test_each_pattern_runs_at_its_busiest_link(tmp_path, cfg, limit, busy, idle):
+    """Preprocessing fast enough (2000 images/s) that the network binds: every model gets the
+    images its pattern's busiest link allows, and no more; only the hosts that send carry it."""
+    s = ensemble_run(tmp_path, preprocess_rate=2000, **cfg)
+    e = s["ensemble"]
+    assert s["status"] == "ok" and e["limits"]["network"] == pytest.approx(limit)
+    assert e["limits"]["limit"] == pytest.approx(limit)
+    for model, rate in e["image_rate"]["per_model"].items():
+        assert rate <= limit, f"{model} got {rate:.1f} images/s, above its limit {limit:.1f}"
+        rate_at_least(rate, 0.85 * limit, s, f"{model}'s images/s")
+    sending = min(uplink(s, h) for h in busy)
+    for h in idle:  # ACKs only: a few % of what a sender carries
+        assert uplink(s, h) < 0.1 * sending, (h, uplink(s, h), sending)
+    with open(tmp_path / "run" / "rounds.csv", newline="") as f:
+        rounds = list(csv.DictReader(f))
+    assert {r["model"] for r in rounds} == {"h1", "h2", "h3", "h4"}
+    assert sum(int(r["images"]) for r in rounds) == e["images_delivered"]
+
+
+def test_preprocessing_binds_when_it_is_slower_than_the_network(tmp_path):
+    """multi-broadcast, 2 preprocessors at 20 images/s: 40 images/s a model, far below the
+    network's 55; the emulated preprocessing holds it there, and nothing waits on the links."""
+    s = ensemble_run(tmp_path, pattern="multi-broadcast", preprocessors=2, preprocess_rate=20)
+    e = s["ensemble"]
+    assert e["limits"]["preprocess"] == pytest.approx(40) and e["limits"]["limit"] == 40
+    for model, rate in e["image_rate"]["per_model"].items():
+        assert rate <= 40 * 1.01, (model, rate)  # a round's clock edges: 1 %
+        rate_at_least(rate, 40 * 0.97, s, f"{model}'s images/s")
+    b = e["bytes_sent"]
+    # the bytes a delivered image cost: 2 blocks to 3 models each, for 16 images to 4 models
+    assert b["per_image"] == pytest.approx(6 * BLOCK / 64, rel=0.1), b
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["ensemble"] == e
+
+
+def test_both_kinds_keep_scenario_time_when_dilated(tmp_path):
+    """time_scale 10: a 1 Gbit/s scenario on 100 Mbit/s links. The ensemble's limits, rates and
+    waits, and the incast's query times, are reported in scenario time; the raw records keep
+    the machine's clock beside it (K times longer)."""
+    k, link = 10, 1e9
+    s = run_scenario(tmp_path, {
+        "duration": "1.2s", "time_scale": k, "topology": {"hosts": 6, "link_rate": "1gbit"},
+        "measure": {"warmup": "0.2s", "cooldown": "0.1s", "drain": "1s"},
+        "workloads": {
+            "ensemble": {"kind": "ensemble", "pattern": "all-shared", "batch": 8,
+                         "hosts": ["h1", "h2", "h3", "h4"], "preprocess_rate": 20000},
+            "incast": {"kind": "incast", "hosts": ["h5", "h6"], "response_size": "100KB",
+                       "query_rate": 100},
+        },
+    })  # fmt: skip
+    assert s["status"] == "ok" and s["time_scale"] == k
+    e, q = s["ensemble"], s["incast"]
+    limit = 32 / (3 * BLOCK * 8 / link)  # 1107 images/s: ten times the 100 Mbit/s figure
+    assert e["limits"]["network"] == pytest.approx(limit)
+    for model, rate in e["image_rate"]["per_model"].items():
+        assert rate <= limit, (model, rate)
+        rate_at_least(rate, 0.85 * limit, s, f"{model}'s images/s in scenario time")
+    # 100 queries/s per host for 0.9 s measured: 180 for both (Poisson ±3σ: ±40)
+    assert 140 <= q["queries_measured"] <= 220 and q["failed"] == 0
+    assert q["query_rate_per_host"]["configured"] == 100
+    with open(tmp_path / "run" / "queries.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["completed"] == "True"]
+    assert min(float(r["qct_s"]) for r in rows) >= 100e3 * 8 / link  # 0.8 ms at 1 Gbit/s
+    for r in rows:
+        assert float(r["qct_wall_s"]) == pytest.approx(k * float(r["qct_s"]), rel=1e-4)
+    with open(tmp_path / "run" / "rounds.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            assert float(r["wait_wall_s"]) == pytest.approx(k * float(r["wait_s"]), abs=1e-5)

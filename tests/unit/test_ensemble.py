@@ -1,0 +1,86 @@
+"""The ensemble kind's limits, computed by hand from seed 004's patterns, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.errors import ScenarioError
+from testbed.resolve import load_scenario_data
+
+BLOCK = 8 * 150_528  # bytes of a preprocessed block: batch 8, 224·224·3 images
+RAW = 8 * 110_000  # bytes of a raw block
+
+
+def ensemble(topology=None, **cfg):
+    s = load_scenario_data(
+        {
+            "name": "e",
+            "topology": topology or {"hosts": 5, "link_rate": "100mbit"},
+            "workloads": {"ensemble": {"kind": "ensemble", "batch": 8, **cfg}},
+        },
+        "e.yaml",
+    )
+    return s.workloads.ensemble.d
+
+
+@pytest.mark.parametrize(
+    ("cfg", "busiest", "link_bytes", "images", "pre_limit"),
+    [
+        # every model sends its block to the 3 others: 3 blocks on each uplink; 4 blocks/round
+        ({"pattern": "all-shared", "models": 4, "preprocess_rate": 50}, "h1 up", 3 * BLOCK, 32, 200),
+        # 2 preprocessors send to the 3 others each
+        ({"pattern": "multi-broadcast", "models": 4, "preprocessors": 2, "preprocess_rate": 50},
+         "h1 up", 3 * BLOCK, 16, 100),
+        # h2 all-gathers with h1 (1 block), then forwards both blocks to h3 and h4 (4)
+        ({"pattern": "single-broadcast", "models": 4, "preprocessors": 2, "preprocess_rate": 50},
+         "h2 up", 5 * BLOCK, 16, 100),
+        # each model reads its own raw block from h5; nothing else moves
+        ({"pattern": "duplicated", "models": 4, "storage": "h5", "preprocess_rate": 50},
+         "h5 up", 4 * RAW, 8, 50),
+    ],
+)  # fmt: skip
+def test_limits_of_each_pattern_by_hand(cfg, busiest, link_bytes, images, pre_limit):
+    d = ensemble(**cfg)
+    assert d.busiest_link == busiest
+    assert d.images_per_round == images
+    assert d.network_limit == pytest.approx(images / (link_bytes * 8 / 100e6))
+    assert d.preprocess_limit == pytest.approx(pre_limit)
+
+
+def test_storage_reads_load_the_storage_uplink():
+    # all-shared over h1..h4 reading from h5: h5 sends 4 raw blocks a round (3.52 MB), but a
+    # model's downlink takes its raw block and the 3 others' blocks (4.49 MB): that binds
+    d = ensemble(pattern="all-shared", storage="h5")
+    assert d.models == ["h1", "h2", "h3", "h4"] and d.round_bytes["raw"] == 4 * RAW
+    assert d.busiest_link == "h1 down" and d.round_bytes["preprocessed"] == 12 * BLOCK
+    assert d.network_limit == pytest.approx(32 / ((3 * BLOCK + RAW) * 8 / 100e6))
+
+
+def test_oversubscribed_fabric_sets_the_limit():
+    # 2 leaves of 2 hosts, one spine at 50 Mbit/s: leaf1's link up carries h1's and h2's blocks
+    # to h3 and h4 (4 blocks at 50 Mbit/s), slower than any host uplink (3 blocks at 100)
+    topo = {"kind": "leaf-spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2,
+            "link_rate": "100mbit", "fabric_rate": "50mbit"}  # fmt: skip
+    d = ensemble(topo, pattern="all-shared")
+    assert d.busiest_link in ("leaf1 up", "leaf1 down", "leaf2 up", "leaf2 down")
+    assert d.network_limit == pytest.approx(32 / (4 * BLOCK * 8 / 50e6))
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"pattern": "duplicated"}, "workloads.ensemble.storage: duplicated pipelines read"),
+        ({"pattern": "single-broadcast"}, "workloads.ensemble.preprocessors: single-broadcast: set p"),
+        ({"pattern": "single-broadcast", "models": 4, "preprocessors": 4},
+         "4 of 4 models; single-broadcast takes at most 3 (p = n is all-shared)"),
+        ({"pattern": "all-shared", "preprocessors": 2}, "every model preprocesses (p = n = 5)"),
+        ({"storage": "h9"}, "workloads.ensemble.storage: 'h9' is not a host"),
+        ({"storage": "h1", "hosts": ["h1", "h2"]}, "h1 is also a model"),
+        ({"models": 5, "storage": "h1"}, "5 models need 5 hosts besides storage; there are 4"),
+        ({"pattern": "all-sharing"}, "workloads.ensemble.pattern"),
+    ],
+)  # fmt: skip
+def test_bad_ensembles_are_one_line_naming_the_field(cfg, message):
+    with pytest.raises(ScenarioError) as e:
+        ensemble(**cfg)
+    assert message in str(e.value) and "\n" not in str(e.value)
