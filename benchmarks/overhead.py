@@ -122,7 +122,9 @@ for _ in range(int(sys.argv[2])):
 
 def cpu_per_scrape(kind: str, n: int = 400) -> float:
     """Server-side CPU seconds per scrape of a node exporter with a run's label sets."""
-    from testbed.metrics.exporters import QdiscCollector, node_metrics, serve
+    from testbed.metrics.exporters import QdiscCollector, serve
+    from testbed.workloads import kinds
+    from testbed.workloads.registry import load
 
     if kind == "orchestrator":  # 4 hosts × 2 directions × 2 classes, as in thesis-mini
         from prometheus_client import CollectorRegistry
@@ -135,7 +137,9 @@ def cpu_per_scrape(kind: str, n: int = 400) -> float:
                   for i in range(1, 5) for d in ("up", "down") for k in ("high", "low")])  # fmt: skip
         m: dict[str, Any] = {}
     else:
-        reg, m = node_metrics(kind)
+        ref = kinds.get(kind).metrics
+        assert ref is not None, kind
+        reg, m = load(ref)()
     if kind == "horovod":
         m["iteration"].labels("h1").observe(0.5)
         m["iterations"].labels("h1").inc()

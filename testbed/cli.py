@@ -615,32 +615,47 @@ def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbos
 
 
 def _print_dry_run(spec: Any, points: list[Any]) -> None:
+    """Each point's length on this machine's clock, and what its instances plan to measure
+    (a kind's report module may say, through `planned`: web-search counts its flows)."""
     from testbed.dilation import wall_duration
-    from testbed.metrics import size_class
-    from testbed.workloads.websearch.controller import planned_flows
+    from testbed.workloads import kinds
+    from testbed.workloads.registry import load
 
-    t = Table(title=f"sweep {spec.name}: {len(points)} runs")
-    for col in ("#", "point", "duration", "real time", "measured flows", "small"):
-        t.add_column(col, justify="right" if col != "point" else "left")
-    cells: dict[tuple[str, ...], int] = {}
-    total_s = 0.0
+    planned: list[dict[str, int]] = []
     for p in points:
-        flows = planned_flows(p.scenario)
-        small = sum(1 for _, _, size in flows if size_class(size) == "small")
-        cell = tuple(v for k, v in p.labels.items() if k != "seed")
-        cells[cell] = cells.get(cell, 0) + small
+        counts: dict[str, int] = {}
+        for name, w in p.scenario.workloads.items():
+            ref = kinds.get(w.kind).report
+            hook = getattr(load(ref), "planned", None) if ref else None
+            if hook is not None:
+                for what, n in hook(name, p.scenario).items():
+                    counts[what if len(p.scenario.workloads) == 1 else f"{name} {what}"] = n
+        planned.append(counts)
+    columns = list(dict.fromkeys(c for counts in planned for c in counts))
+    t = Table(title=f"sweep {spec.name}: {len(points)} runs")
+    for col in ("#", "point", "duration", "real time", *columns):
+        t.add_column(col, justify="right" if col != "point" else "left")
+    cells: dict[tuple[str, ...], dict[str, int]] = {}
+    total_s = 0.0
+    for p, counts in zip(points, planned, strict=True):
+        cell = cells.setdefault(tuple(v for k, v in p.labels.items() if k != "seed"), {})
+        for c, n in counts.items():
+            cell[c] = cell.get(c, 0) + n
         real = wall_duration(p.scenario)  # a dilated run takes time_scale × its duration
         total_s += real
         t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", _fmt_duration(real),
-                  str(len(flows)), str(small))  # fmt: skip
+                  *(str(counts.get(c, "–")) for c in columns))  # fmt: skip
     Console().print(t)
-    fewest = min(cells.items(), key=lambda kv: kv[1]) if cells else None
-    if fewest:
+    for c in columns:  # the thinnest cell of each count, over its seeds
+        fewest = min(cells.items(), key=lambda kv: kv[1].get(c, 0))
         Console().print(
-            f"fewest measured small flows in one cell over its seeds: {fewest[1]} "
-            f"({', '.join(fewest[0])}); {_fmt_duration(total_s)} of run time on this machine's "
-            "clock in all (setup, drain and teardown come on top)"
+            f"fewest {c} measured in one cell over its seeds: {fewest[1].get(c, 0)} "
+            f"({', '.join(fewest[0])})"
         )
+    Console().print(
+        f"{_fmt_duration(total_s)} of run time on this machine's clock in all (setup, drain "
+        "and teardown come on top)"
+    )
 
 
 @main.group()

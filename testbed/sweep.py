@@ -154,10 +154,12 @@ def identity_of(s: Scenario) -> str:
     data = s.model_dump(mode="json")
     data.pop("name", None)
     data.pop("description", None)
-    for key, field_name in (("websearch", "sizes"), ("horovod", "profile")):
-        w = (data.get("workloads") or {}).get(key)
-        if w and w.get(field_name) and Path(w[field_name]).is_file():
-            w[field_name] = "sha256:" + hashlib.sha256(Path(w[field_name]).read_bytes()).hexdigest()
+    for name, instance in s.workloads.items():
+        w = data["workloads"][name]
+        for field_name in kinds.get(instance.kind).files:
+            if w.get(field_name) and Path(w[field_name]).is_file():
+                digest = hashlib.sha256(Path(w[field_name]).read_bytes()).hexdigest()
+                w[field_name] = "sha256:" + digest
     text = json.dumps(data, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -105,30 +105,12 @@ def orchestrator_exporter(address: str) -> tuple[QdiscCollector, Any, int]:
     return collector, server, port
 
 
-def node_metrics(kind: str) -> tuple[Any, dict[str, Any]]:
-    """The registry and metric objects a node program exposes (kind: horovod | websearch)."""
-    from prometheus_client import CollectorRegistry, Counter, Histogram
-
-    reg = CollectorRegistry()
-    if kind == "horovod":
-        return reg, {
-            "iteration": Histogram("testbed_iteration_duration_seconds", "Wall time of one training iteration",
-                                   ["worker"], buckets=DURATION_BUCKETS, registry=reg),
-            "iterations": Counter("testbed_iterations", "Training iterations completed", ["worker"], registry=reg),
-        }  # fmt: skip
-    return reg, {
-        "fct": Histogram("testbed_flow_completion_seconds", "Flow completion time (connect to last byte)",
-                         ["host", "size_class"], buckets=DURATION_BUCKETS, registry=reg),
-        "started": Counter("testbed_flows_started", "Flows started", ["host"], registry=reg),
-        "completed": Counter("testbed_flows_completed", "Flows completed", ["host"], registry=reg),
-    }  # fmt: skip
-
-
-def start_node_exporter(kind: str, listen: str | None) -> dict[str, Any] | None:
-    """For node programs: `--metrics ADDR:PORT` → metric objects (None when not asked)."""
+def start_node_exporter(make: Any, listen: str | None) -> dict[str, Any] | None:
+    """For node programs: `--metrics ADDR:PORT` → the metric objects of `make()` (a kind's
+    `(registry, metrics)`, workloads/registry.Kind.metrics), served there; None when not asked."""
     if not listen:
         return None
     addr, port = listen.rsplit(":", 1)
-    reg, metrics = node_metrics(kind)
+    reg, metrics = make()
     serve(reg, addr, int(port))
     return metrics

@@ -39,6 +39,8 @@ class Kind:
     predictable: Callable[[Any], bool] | None = None  # (cfg): whether `predict` knows it
     devices: str | None = None  # "module:callable" (cfg, hosts) → GPUs per host name
     binaries: tuple[str, ...] = ()  # host tools its controller runs (checked before a run)
+    metrics: str | None = None  # "module:callable" () → (registry, metrics) its nodes export
+    files: tuple[str, ...] = ()  # its fields that name a file (a sweep point hashes the content)
     records: Callable[[str], str] | None = (
         None  # (name) → its merged records' file in the run folder
     )

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.metrics.exporters import QdiscCollector, node_metrics
+from testbed.metrics.exporters import QdiscCollector
+from testbed.workloads import kinds
+from testbed.workloads.registry import load
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -23,8 +25,11 @@ needs_promtool = pytest.mark.skipif(
 def exported_names() -> set[str]:
     """Every sample name the exporters can produce (histograms: _bucket/_sum/_count)."""
     names: set[str] = set()
-    for kind in ("horovod", "websearch"):
-        reg, metrics = node_metrics(kind)
+    for kind in kinds.names():
+        ref = kinds.get(kind).metrics
+        if ref is None:
+            continue
+        reg, metrics = load(ref)()
         for m in metrics.values():  # touch each metric once so it has a sample
             labels = ["x"] * len(m._labelnames)
             child = m.labels(*labels)

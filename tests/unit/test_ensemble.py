@@ -47,6 +47,13 @@ def test_limits_of_each_pattern_by_hand(cfg, busiest, link_bytes, images, pre_li
     assert d.preprocess_limit == pytest.approx(pre_limit)
 
 
+def test_with_every_model_preprocessing_the_broadcasts_move_what_all_shared_moves():
+    a = ensemble(pattern="all-shared", models=3)
+    for pattern in ("single-broadcast", "multi-broadcast"):
+        b = ensemble(pattern=pattern, models=3, preprocessors=3)
+        assert (b.network_limit, b.round_bytes) == (a.network_limit, a.round_bytes), pattern
+
+
 def test_storage_reads_load_the_storage_uplink():
     # all-shared over h1..h4 reading from h5: h5 sends 4 raw blocks a round (3.52 MB), but a
     # model's downlink takes its raw block and the 3 others' blocks (4.49 MB): that binds
@@ -71,8 +78,8 @@ def test_oversubscribed_fabric_sets_the_limit():
     [
         ({"pattern": "duplicated"}, "workloads.ensemble.storage: duplicated pipelines read"),
         ({"pattern": "single-broadcast"}, "workloads.ensemble.preprocessors: single-broadcast: set p"),
-        ({"pattern": "single-broadcast", "models": 4, "preprocessors": 4},
-         "4 of 4 models; single-broadcast takes at most 3 (p = n is all-shared)"),
+        ({"pattern": "single-broadcast", "models": 4, "preprocessors": 5},
+         "5 of 4 models; single-broadcast takes at most 4"),
         ({"pattern": "all-shared", "preprocessors": 2}, "every model preprocesses (p = n = 5)"),
         ({"storage": "h9"}, "workloads.ensemble.storage: 'h9' is not a host"),
         ({"storage": "h1", "hosts": ["h1", "h2"]}, "h1 is also a model"),

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.metrics.exporters import start_node_exporter
 from testbed.window import Window, wait_for_go
 
 HEADER = struct.Struct("!BIHI")  # kind (RAW, BLOCK), round, origin (index in hosts), bytes
@@ -161,7 +162,7 @@ class Node:
         self.senders: dict[str, Sender] = {}
         self.sent_at: dict[str, dict[str, int]] = {}
         self.raw: queue.Queue[int] = queue.Queue(maxsize=cfg["prefetch"])
-        self.metrics = metrics(args.metrics)
+        self.metrics = start_node_exporter(registry, args.metrics)
         self.model: Model | None = None
         if self.host in models:
             expected = 1 if pattern == "duplicated" else len(pre)
@@ -263,22 +264,15 @@ def _read(conn: socket.socket, view: memoryview) -> bool:
     return True
 
 
-def metrics(listen: str | None) -> dict[str, Any] | None:
-    """Images delivered to the model and its time waiting for data (scenario seconds)."""
-    if not listen:
-        return None
+def registry() -> tuple[Any, dict[str, Any]]:
+    """What a model exports: images received, and time waited for data (scenario seconds)."""
     from prometheus_client import CollectorRegistry, Counter
 
-    from testbed.metrics.exporters import serve
-
     reg = CollectorRegistry()
-    m = {
+    return reg, {
         "images": Counter("testbed_ensemble_images", "Images a model received", ["host"], registry=reg),
         "wait": Counter("testbed_ensemble_wait_seconds", "Time a model waited for data", ["host"], registry=reg),
     }  # fmt: skip
-    addr, port = listen.rsplit(":", 1)
-    serve(reg, addr, int(port))
-    return m
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,8 @@ preprocessor's block of a round, D = [D1 … Dp], before it may train on the rou
   all-shared        every model preprocesses a share (p = n), then all-gather: each sends its
                     block to every other
   single-broadcast  the first p hosts preprocess and all-gather among themselves; the p-th
-                    (the leader) forwards all p blocks to the n − p others
+                    (the leader) forwards all p blocks to the n − p others (with p = n both
+                    broadcasts move what all-shared moves)
   multi-broadcast   each of the first p hosts sends its own block to all n − 1 others
 
 With `storage`, each preprocessor first reads its raw block from that host (duplicated always
@@ -65,8 +66,8 @@ class EnsembleWorkload(Placed):
     preprocessors: int | None = Field(
         None,
         ge=1,
-        description="p, single- and multi-broadcast: the first p models preprocess (p < n for "
-        "single-broadcast); all-shared and duplicated: all n do",
+        description="p, single- and multi-broadcast: the first p models preprocess (p = n "
+        "moves what all-shared moves); all-shared and duplicated: all n do",
     )
     storage: str | None = Field(
         None,
@@ -170,12 +171,9 @@ def resolve(
         if w.preprocessors is None:
             raise FieldProblem(("preprocessors",), f"{w.pattern}: set p, the hosts that preprocess")
         p = w.preprocessors
-        top = n - 1 if w.pattern == "single-broadcast" else n
-        if p > top:
+        if p > n:
             raise FieldProblem(
-                ("preprocessors",),
-                f"{p} of {n} models; {w.pattern} takes at most {top}"
-                + (" (p = n is all-shared)" if w.pattern == "single-broadcast" else ""),
+                ("preprocessors",), f"{p} of {n} models; {w.pattern} takes at most {n}"
             )
     pre = models[:p]
     block, raw_block = w.batch * w.image_size, w.batch * w.raw_image_size
@@ -220,6 +218,7 @@ def rounds_file(name: str) -> str:
 register(
     Kind(
         name="ensemble",
+        metrics="testbed.workloads.ensemble.node:registry",
         config=EnsembleWorkload,
         controller="testbed.workloads.ensemble.controller:Ensemble",
         report="testbed.workloads.ensemble.report",

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.metrics.exporters import start_node_exporter
 from testbed.window import Window, wait_for_go
 
 HEADER = struct.Struct("!Q")
@@ -71,25 +72,20 @@ def rng_for(seed: int, name: str, host: str) -> random.Random:
     return random.Random(f"{seed}/incast/{name}/{host}")
 
 
-def metrics(listen: str | None) -> dict[str, Any] | None:
-    """The node's exporter: queries started and completed, and a QCT histogram (seconds of
-    scenario time)."""
-    if not listen:
-        return None
+def registry() -> tuple[Any, dict[str, Any]]:
+    """What an aggregator exports: queries started and completed, and a QCT histogram (seconds
+    of scenario time)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from testbed.metrics.exporters import DURATION_BUCKETS, serve
+    from testbed.metrics.exporters import DURATION_BUCKETS
 
     reg = CollectorRegistry()
-    m = {
+    return reg, {
         "started": Counter("testbed_queries_started", "Incast queries started", ["host"], registry=reg),
         "completed": Counter("testbed_queries_completed", "Incast queries completed", ["host"], registry=reg),
         "qct": Histogram("testbed_query_completion_seconds", "Incast query completion time",
                          ["host"], buckets=DURATION_BUCKETS, registry=reg),
     }  # fmt: skip
-    addr, port = listen.rsplit(":", 1)
-    serve(reg, addr, int(port))
-    return m
 
 
 class Aggregator:
@@ -207,7 +203,7 @@ async def amain(args: argparse.Namespace) -> int:
     server = await asyncio.start_server(  # kept referenced: it serves until SIGTERM
         lambda r, w: _respond(r, w, cfg["dscp"]), host=args.bind, port=cfg["port"], backlog=1024
     )
-    agg = Aggregator(args, cfg, metrics(args.metrics))
+    agg = Aggregator(args, cfg, start_node_exporter(registry, args.metrics))
     print(f"incast {args.host}: responding on {args.bind}:{cfg['port']}, {cfg['rate']:.3f} queries/s "
           f"to {cfg['fanout']} of {len(agg.peers)}", flush=True)  # fmt: skip
 

@@ -123,6 +123,7 @@ _QCT = {
 register(
     Kind(
         name="incast",
+        metrics="testbed.workloads.incast.node:registry",
         config=IncastWorkload,
         controller="testbed.workloads.incast.controller:Incast",
         report="testbed.workloads.incast.report",

@@ -185,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
 
     install_stop_signals()
     from testbed.metrics.exporters import start_node_exporter
+    from testbed.workloads.training.metrics import registry
 
-    metrics = start_node_exporter("horovod", args.metrics)
+    metrics = start_node_exporter(registry, args.metrics)
     import torch
     import torch.distributed as dist
 

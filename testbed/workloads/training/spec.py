@@ -302,6 +302,8 @@ for _kind, _config, _doc in (
     register(
         Kind(
             name=_kind,
+            metrics="testbed.workloads.training.metrics:registry",
+            files=("profile",),
             config=_config,
             controller="testbed.workloads.training.controller:make",
             report="testbed.workloads.training.report",

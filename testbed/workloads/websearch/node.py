@@ -107,6 +107,22 @@ def host_rng(seed: int, host: str, stream: str = "websearch") -> random.Random:
     return random.Random(key)
 
 
+def registry() -> tuple[Any, dict[str, Any]]:
+    """What a generator exports: flows started and completed, and an FCT histogram per size
+    class (seconds of scenario time)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from testbed.metrics.exporters import DURATION_BUCKETS
+
+    reg = CollectorRegistry()
+    return reg, {
+        "fct": Histogram("testbed_flow_completion_seconds", "Flow completion time (connect to last byte)",
+                         ["host", "size_class"], buckets=DURATION_BUCKETS, registry=reg),
+        "started": Counter("testbed_flows_started", "Flows started", ["host"], registry=reg),
+        "completed": Counter("testbed_flows_completed", "Flows completed", ["host"], registry=reg),
+    }  # fmt: skip
+
+
 class Generator:
     def __init__(
         self, args: argparse.Namespace, cfg: dict[str, Any], metrics: dict[str, Any] | None
@@ -234,7 +250,7 @@ async def amain(args: argparse.Namespace) -> int:
     server = await asyncio.start_server(  # kept referenced: it serves until SIGTERM
         lambda r, w: _serve_one(r, w, cfg["dscp"]), host=args.bind, port=cfg["port"], backlog=1024
     )
-    metrics = start_node_exporter("websearch", args.metrics)
+    metrics = start_node_exporter(registry, args.metrics)
     gen = Generator(args, cfg, metrics)
     print(
         f"websearch {args.host}: serving on {args.bind}:{cfg['port']}, "

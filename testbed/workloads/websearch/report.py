@@ -243,3 +243,15 @@ def plot_fct_cdf(runs: list[Run], out: Path, name: str = "websearch") -> Path | 
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def planned(name: str, s: Any) -> dict[str, int]:
+    """What `sweep --dry-run` shows of a point before it runs: the flows the instance's
+    generators will start in the measured window (the same draws), and how many are small."""
+    from testbed.workloads.websearch.controller import planned_flows
+
+    flows = planned_flows(s, name)
+    return {
+        "flows": len(flows),
+        "small flows": sum(1 for _, _, size in flows if size_class(size) == "small"),
+    }

@@ -132,6 +132,8 @@ _FCT = {"count": "1", "censored": "1", "failed": "1", "mean": "s", "p50": "s", "
 register(
     Kind(
         name="websearch",
+        metrics="testbed.workloads.websearch.node:registry",
+        files=("sizes",),
         config=WebsearchWorkload,
         controller="testbed.workloads.websearch.controller:Websearch",
         report="testbed.workloads.websearch.report",
