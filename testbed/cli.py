@@ -78,9 +78,25 @@ def validate(scenario: str) -> None:
     click.echo(dump_scenario(s), nl=False)
 
 
+@main.command("kinds")
+def kinds_() -> None:
+    """List the workload kinds a scenario's `workloads:` may name (docs/scenario-reference.md
+    has their fields)."""
+    from testbed.workloads import kinds
+
+    for name in kinds.names():
+        click.echo(f"{name:<11} {' '.join(kinds.get(name).doc.split())}")
+
+
 @main.command()
-def schema() -> None:
+@click.option("--markdown", is_flag=True, help="the reference in docs/ instead, as Markdown")
+def schema(markdown: bool) -> None:
     """Print the JSON Schema of scenario files (for editors and CI validation)."""
+    if markdown:
+        from testbed.reference import markdown as reference
+
+        click.echo(reference(), nl=False)
+        return
     click.echo(json.dumps(json_schema(), indent=2))
 
 

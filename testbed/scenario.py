@@ -73,7 +73,9 @@ class Topology(BaseModel):
 
     model_config = _Strict
 
-    kind: Literal["single-tor", "leaf-spine"] = "single-tor"
+    kind: Literal["single-tor", "leaf-spine"] = Field(
+        "single-tor", description="one switch, or routed leaves and spines"
+    )
     hosts: int = Field(
         ge=2, le=1000, description="number of hosts (leaf-spine: leaves × hosts_per_leaf)"
     )
@@ -373,7 +375,9 @@ class Metrics(BaseModel):
         description="embedded: a Prometheus server per run, data in RUN/prometheus; external: register "
         "targets with a running Prometheus through file_sd_dir; off (or false): no exporters",
     )
-    scrape_interval: Duration = Field(1.0, ge=0.1, le=60)
+    scrape_interval: Duration = Field(
+        1.0, ge=0.1, le=60, description="how often every exporter is scraped (0.1 s to 60 s)"
+    )
     file_sd_dir: str | None = Field(
         None,
         description="external: a folder the Prometheus server reads with file_sd_configs "
@@ -405,10 +409,21 @@ class Metrics(BaseModel):
 class Scenario(BaseModel):
     model_config = _Strict
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
-    description: str = ""
-    seed: int = Field(1, ge=0, le=2**32 - 1)
-    duration: Duration = Field(30.0, gt=0, le=7 * 24 * 3600)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description="the scenario's name, in run folders, summaries and Prometheus labels",
+    )
+    description: str = Field("", description="free text, kept in the run folder")
+    seed: int = Field(
+        1, ge=0, le=2**32 - 1, description="seeds every random draw: the same seed, the same load"
+    )
+    duration: Duration = Field(
+        30.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="how long the workloads run, from their common start t0 (scenario time)",
+    )
     time_scale: float = Field(
         1.0,
         gt=0,
@@ -417,10 +432,14 @@ class Scenario(BaseModel):
         "and runs K times slower (link rates / K; compute, arrivals, duration, window and delay "
         "in K-times-slower time; sizes kept); every reported figure is in scenario time",
     )
-    measure: Measure = Field(default_factory=Measure)
-    runtime: Literal["netns", "docker"] = "netns"
+    measure: Measure = Field(
+        default_factory=Measure, description="the measured window inside the run, and the drain"
+    )
+    runtime: Literal["netns", "docker"] = Field(
+        "netns", description="what a host is: a network namespace, or a Docker container"
+    )
     docker: DockerOptions | None = Field(None, description="container options (runtime: docker)")
-    topology: Topology
+    topology: Topology = Field(description="the network: hosts, switches, links and their rates")
     tc_profile: TcProfile = Field(
         "fifo",  # type: ignore[assignment]  # resolved by the validator below
         validate_default=True,
@@ -431,7 +450,9 @@ class Scenario(BaseModel):
         description="named workload instances: `NAME: {kind: KIND, ...}`; a name that is a kind "
         "may leave kind out (`websearch: {...}`)",
     )
-    metrics: Metrics = Field(default_factory=Metrics)
+    metrics: Metrics = Field(
+        default_factory=Metrics, description="Prometheus: embedded per run, external, or off"
+    )
     expect: list[str] = Field(
         default_factory=list,
         description="checks over the run's summary, e.g. 'websearch.fct_s.small.p99 < 20ms' or "
