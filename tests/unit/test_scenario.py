@@ -79,7 +79,7 @@ def test_defaults():
         (lambda d: d.pop("topology"), "topology: required field is missing"),
         (
             lambda d: d.update(tc_profile="nope"),
-            "tc_profile: no tc profile 'nope'; shipped profiles: fifo, thesis-2band",
+            "tc_profile: no tc profile 'nope'; shipped profiles: fifo, tenants-4band, thesis-2band",
         ),
         (lambda d: d["topology"].update(jitter="1ms"), "topology.jitter: needs a delay"),
         (
