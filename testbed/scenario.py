@@ -292,8 +292,8 @@ def _instances(value: Any, info: ValidationInfo) -> Workloads:
             )
         if name in RESERVED_NAMES:
             raise FieldProblem((name,), f"{name!r} is a reserved name; choose another")
-        if body is None:
-            body = {}
+        if body is None:  # `websearch: null` (a sweep's `workloads.NAME: null`): no instance
+            continue
         if not isinstance(body, dict):
             body = body.model_dump() if hasattr(body, "model_dump") else body
         if not isinstance(body, dict):

@@ -110,3 +110,9 @@ def test_the_json_schema_offers_every_registered_kind():
     ]
     offered = {schema["$defs"][r]["properties"]["kind"]["default"] for r in refs}
     assert offered == set(kinds.names())
+
+
+def test_an_instance_set_to_null_is_absent():
+    """As before named instances (`websearch: null`), and how a sweep drops one tenant."""
+    s = load({"web": {"kind": "websearch", "utilization": "5%"}, "websearch": None, "job": None})
+    assert list(s.workloads) == ["web"]
