@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import ScenarioError
-from testbed.report import comparable, hooks
+from testbed.report import comparable, hooks, reported
 from testbed.runs import Run, pct_change
 from testbed.sweep import short_name
 
@@ -47,7 +47,7 @@ def matched_change(base: Run, other: Run) -> dict[str, dict[str, Any]]:
     """The kinds' matched comparisons (web-search: the flows completed in both runs of one
     seed), per figure: change_pct, matched, censored."""
     out: dict[str, dict[str, Any]] = {}
-    for name, kind, _ in base.instances():
+    for name, kind, _ in reported(base):
         h = hooks(kind)
         if hasattr(h, "matched_change"):
             out.update(h.matched_change(base, other, name))
@@ -56,7 +56,7 @@ def matched_change(base: Run, other: Run) -> dict[str, dict[str, Any]]:
 
 def _counts(run: Run) -> dict[str, int]:
     out: dict[str, int] = {}
-    for name, kind, section in run.instances():
+    for name, kind, section in reported(run):
         out.update(hooks(kind).counts(name, section))
     return out
 
@@ -168,8 +168,13 @@ def _plot_map(
     xs = _ordered({c["cell"][x_axis] for c in cells})
     ys = _ordered({c["cell"][y_axis] for c in cells})
     grid = [[math.nan] * len(xs) for _ in ys]
+    figures = list(dict.fromkeys(k for c in cells for k in c["change_pct"]))
+    # colour: the (first) training instance's iteration change; text: every figure (up to 4)
+    colour = next((k for k in figures if k.rsplit(".", 1)[-1] == "iteration"), None)
+    thesis = [k for k in figures if k.rsplit(".", 1)[-1] in ("iteration", "small", "large")]
+    shown = (thesis or figures)[:4]
     for c in cells:
-        v = c["change_pct"].get("iteration", {}).get("mean")
+        v = c["change_pct"].get(colour, {}).get("mean") if colour else None
         grid[ys.index(c["cell"][y_axis])][xs.index(c["cell"][x_axis])] = (
             math.nan if v is None else v
         )
@@ -180,8 +185,7 @@ def _plot_map(
         i, j = ys.index(c["cell"][y_axis]), xs.index(c["cell"][x_axis])
         ch = c["change_pct"]
         ax.text(j, i, "\n".join(
-            f"{label} {_fmt(ch.get(key, {}).get('mean'))}"
-            for label, key in (("iter", "iteration"), ("small", "small"), ("large", "large"))
+            f"{key} {_fmt(ch.get(key, {}).get('mean'))}" for key in shown
         ), ha="center", va="center", fontsize=8)  # fmt: skip
     ax.set_xticks(range(len(xs)), xs)
     ax.set_yticks(range(len(ys)), ys)
@@ -189,11 +193,11 @@ def _plot_map(
     ax.set_ylabel(short_name(y_axis))
     cmp = agg["compare"]
     ax.set_title(
-        f"{agg['name']}: {cmp['axis']}={value} vs {cmp['baseline']}; colour: iteration time "
-        "change, text: mean changes over seeds",
+        f"{agg['name']}: {cmp['axis']}={value} vs {cmp['baseline']}; colour: "
+        f"{colour or 'no iteration'} change, text: mean changes over seeds",
         fontsize=9,
     )
-    fig.colorbar(im, ax=ax, label="iteration time change (%)")
+    fig.colorbar(im, ax=ax, label=f"{colour or 'iteration'} time change (%)")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)

@@ -105,52 +105,43 @@ def schema(markdown: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @_friendly
 def predict(scenario: str, as_json: bool) -> None:
-    """Predict the iteration time of each training job of SCENARIO from the event model
-    (thesis ch. 4): layer-wise backward, tensor fusion, ring allreduce per fused buffer at the
-    ring's bottleneck, the job alone on the network."""
-    from testbed.workloads.training.predict import for_instance, training_instances
+    """Predict each workload instance of SCENARIO that a model exists for: a training job's
+    iteration time from the event model (thesis ch. 4: layer-wise backward, tensor fusion, ring
+    allreduce per fused buffer at the ring's bottleneck), the job alone on the network."""
+    from testbed.workloads import kinds
+    from testbed.workloads.registry import load
 
     s = load_scenario(scenario)
-    jobs = training_instances(s)
-    if not jobs:
-        raise ScenarioError(f"{scenario}: workloads: the scenario has no training job to predict")
-    try:
-        preds = {name: for_instance(name, s) for name, _ in jobs}
-    except ValueError as e:
-        raise ScenarioError(f"{scenario}: {e}") from None
+    preds: dict[str, tuple[Any, dict[str, Any]]] = {}
+    notes = []
+    for name, w in s.workloads.items():
+        kind = kinds.get(w.kind)
+        if kind.predict is None:
+            continue
+        if kind.predictable is not None and not kind.predictable(w):
+            notes.append(
+                f"{name}: no prediction (the model knows the layers of synthetic jobs only)"
+            )
+            continue
+        try:
+            preds[name] = (load(kind.predict.partition(":")[0]), load(kind.predict)(name, s))
+        except ValueError as e:
+            raise ScenarioError(f"{scenario}: {e}") from None
+    if not preds:
+        raise ScenarioError(
+            f"{scenario}: workloads: nothing to predict (the model predicts synthetic training jobs)"
+            + (f"; {'; '.join(notes)}" if notes else "")
+        )
     if as_json:
-        doc = next(iter(preds.values())) if len(preds) == 1 else {"instances": preds}
+        docs = {name: p for name, (_, p) in preds.items()}
+        doc = next(iter(docs.values())) if len(docs) == 1 else {"instances": docs}
         click.echo(json.dumps(doc, indent=2))
         return
     out = Console()
-    for name, p in preds.items():
-        who = s.name if len(preds) == 1 else f"{s.name}, {name}"
-        via = (
-            ""
-            if p["bottleneck_bps"] == p["link_rate_bps"]
-            else f", the ring held to {_fmt_rate(p['bottleneck_bps'])} by the fabric"
-        )
-        out.print(
-            f"{who}: {p['workers']} workers, {_fmt_rate(p['link_rate_bps'])} links{via}, model "
-            f"{p['model_bytes'] / 1e6:.3g} MB, {p['bytes_per_iteration'] / 1e6:.3g} MB per worker "
-            "per iteration"
-        )
-        out.print(
-            f"compute {p['compute_s'] * 1e3:.1f} ms, network {p['network_s'] * 1e3:.1f} ms at the "
-            f"ring's rate (R_cp_to_nw {p['compute_to_network_ratio']:.3g}); the model moves bytes "
-            f"at TCP's {p['efficiency']:.3f} of the rate"
-        )
-        out.print(
-            f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/], "
-            f"U_horovod {p['u_horovod_pct']:.2f}% of the ring's bottleneck (no background load)"
-        )
-        t = Table(title="the same job with other gradient schedules")
-        for col in ("queue", "barrier", "iteration (ms)"):
-            t.add_column(col, justify="right")
-        for variant, v in p["variants_s"].items():
-            queue, _, nob = variant.partition("-")
-            t.add_row(queue, "off" if nob else "on", f"{v * 1e3:.1f}")
-        out.print(t)
+    for name, (module, p) in preds.items():
+        module.print_prediction(out, s.name if len(preds) == 1 else f"{s.name}, {name}", p)
+    for note in notes:
+        out.print(note, highlight=False)
 
 
 class RichUI:

@@ -5,9 +5,12 @@ A 10 Gbit/s data center cannot be emulated at 10 Gbit/s on a 2-core machine; it 
 100 Mbit/s if every clock of the experiment runs 100 times slower. testbed owns the clocks of
 its workloads, so it dilates them without touching the kernel:
 
-  divided by K     link rates (host and fabric), web-search arrival rates
+  divided by K     link rates (host and fabric), and every rate a kind's `dilate` hook
+                   names: web-search arrival rates, incast query rates, the ensemble's
+                   preprocessing and training rates
   multiplied by K  synthetic compute per layer, Horovod's cycle time, the linkcheck's short
-                   interval, duration, warm-up, cool-down, drain, link delay and jitter
+                   interval, duration, warm-up, cool-down, drain, link delay and jitter, each
+                   instance's start and stop
   kept             bytes, packets, MTU, queue lengths in packets, models, flow sizes, the
                    fusion buffer, DDP's buckets, every ratio (R_cp_to_nw, utilization)
 

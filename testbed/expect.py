@@ -46,7 +46,13 @@ CORE: dict[str, Any] = {
     "drain_s": "wall",
     "teardown_s": "wall",
     "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
-    "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s", "edges_late_s": ["wall"]},
+    "window": {
+        "warmup_s": "s",
+        "cooldown_s": "s",
+        "span_s": "s",
+        "drain_limit_s": "s",
+        "edges_late_s": ["wall"],
+    },
     "host_cpu": {"cores": "1", "busy": "1", "steal": "1"},
     "links": [
         {
@@ -206,7 +212,14 @@ def parse(texts: list[str], s: Any) -> list[Check]:
             raise ExpectError(i, f"{path}: {e}") from None
         scaled = _SCALED.match(rhs)
         if scaled and not re.match(r"^[0-9.]", scaled["ref"]):
-            ref, factor = scaled["ref"], float(scaled["factor"] or 1.0)
+            try:
+                factor = float(scaled["factor"] or 1.0)
+            except ValueError:
+                raise ExpectError(
+                    i,
+                    f"{scaled['factor']!r} is not a number: write FACTOR * REF, e.g. 1.05 * predicted",
+                ) from None
+            ref = scaled["ref"]
             if ref == "predicted":
                 instance = path.split(".")[0]
                 if instance not in why_not or kind != "s":

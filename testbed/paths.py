@@ -31,10 +31,28 @@ def path_rate(topology: Any, src: str, dst: str) -> int:
 
 
 def ring_bottleneck(topology: Any, hosts: list[str]) -> int:
-    """The rate a ring over `hosts` (in rank order) runs at: its slowest step."""
+    """The rate a ring over `hosts` (in rank order) runs at: its slowest step. A step that
+    leaves its leaf is held to one spine link (a flow takes one), and to its share of the
+    leaf's spine links when other steps of the ring leave (or enter) the same leaf."""
     if len(hosts) < 2:
         return topology.link_rate
-    return min(path_rate(topology, a, hosts[(i + 1) % len(hosts)]) for i, a in enumerate(hosts))
+    steps = [(a, hosts[(i + 1) % len(hosts)]) for i, a in enumerate(hosts)]
+    up: dict[int, int] = {}
+    down: dict[int, int] = {}
+    for a, b in steps:
+        la, lb = leaf_of(topology, a), leaf_of(topology, b)
+        if la != lb:
+            up[la] = up.get(la, 0) + 1
+            down[lb] = down.get(lb, 0) + 1
+    rates = []
+    for a, b in steps:
+        rate = path_rate(topology, a, b)
+        la, lb = leaf_of(topology, a), leaf_of(topology, b)
+        if la != lb:
+            leaf = topology.fabric_link_rate * topology.spines
+            rate = min(rate, leaf / up[la], leaf / down[lb])
+        rates.append(rate)
+    return int(min(rates))
 
 
 def crossing_share(topology: Any, hosts: list[str]) -> float:
@@ -51,15 +69,16 @@ def crossing_share(topology: Any, hosts: list[str]) -> float:
 
 
 def fabric_load_per_host_load(topology: Any, hosts: list[str]) -> float:
-    """A leaf–spine link's load (bits/s) per bit/s each host sends to uniformly random other
-    hosts: a leaf's hosts' crossing share, spread over the spines (ECMP)."""
-    if topology.kind != "leaf-spine":
+    """The busiest leaf–spine link's load (bits/s) per bit/s each host sends to uniformly
+    random other hosts: a leaf with k of the n hosts sends k (n − k) / (n − 1) of a host's
+    load out (and takes as much in), spread over the spines (ECMP)."""
+    n = len(hosts)
+    if topology.kind != "leaf-spine" or n < 2:
         return 0.0
-    per_leaf = max(
-        sum(1 for h in hosts if leaf_of(topology, h) == leaf)
-        for leaf in {leaf_of(topology, h) for h in hosts}
-    )
-    return per_leaf * crossing_share(topology, hosts) / topology.spines
+    per_leaf: dict[int, int] = {}
+    for h in hosts:
+        per_leaf[leaf_of(topology, h)] = per_leaf.get(leaf_of(topology, h), 0) + 1
+    return max(k * (n - k) / (n - 1) for k in per_leaf.values()) / topology.spines
 
 
 def link_seconds(topology: Any, transfers: list[tuple[str, str, float]]) -> dict[str, float]:

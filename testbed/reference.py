@@ -55,6 +55,9 @@ def _unit(prop: dict[str, Any]) -> tuple[str, Any] | None:
 def _type(prop: dict[str, Any]) -> str:
     if "$ref" in prop:
         name = prop["$ref"].rsplit("/", 1)[-1]
+        kind = next((k for k in kinds.names() if kinds.get(k).config.__name__ == name), None)
+        if kind is not None:  # a workload kind's fields: under its own heading
+            return f"[{kind}](#kind-{kind})"
         return f"[{name}](#{name.lower()})"
     unit = _unit(prop)
     if unit is not None:

@@ -29,6 +29,12 @@ def hooks(kind: str) -> Any:
     return load(ref)
 
 
+def reported(run: Run) -> list[tuple[str, str, dict[str, Any]]]:
+    """The run's instances whose kind has a report module (a kind may have none: it is then
+    left out of reports, as it is of sweep.csv)."""
+    return [(n, k, sec) for n, k, sec in run.instances() if kinds.get(k).report is not None]
+
+
 def describe_run(run: Run) -> dict[str, Any]:
     s = run.summary
     out: dict[str, Any] = {
@@ -36,7 +42,7 @@ def describe_run(run: Run) -> dict[str, Any]:
         "status": s.get("status"), "seed": s.get("seed"), "duration_s": s.get("duration_s"),
         "time_scale": s.get("time_scale", 1.0), "workloads": {},
     }  # fmt: skip
-    for name, kind, section in run.instances():
+    for name, kind, section in reported(run):
         d = hooks(kind).describe(run, name, section)
         out["workloads"][name] = {"kind": kind, **d}
         if legacy(name, kind):
@@ -65,7 +71,7 @@ def comparable(run: Run) -> dict[str, float | None]:
     """Every figure a comparison takes the % change of, over the run's instances (named
     `small`, `iteration`, ... for an instance named as its kind, else `<name>.small`, ...)."""
     out: dict[str, float | None] = {}
-    for name, kind, section in run.instances():
+    for name, kind, section in reported(run):
         out.update(hooks(kind).comparable(run, name, section))
     return out
 
@@ -75,7 +81,7 @@ def compare(runs: list[Run]) -> dict[str, Any]:
     instance's kind adds."""
     base = runs[0]
     base_figures = comparable(base)
-    kinds_of = {name: kind for name, kind, _ in base.instances()}
+    kinds_of = {name: kind for name, kind, _ in reported(base)}
     result: dict[str, Any] = {"baseline": str(base.path), "runs": []}
     for other in runs[1:]:
         figures = comparable(other)
@@ -119,7 +125,7 @@ def plots_for(run: Run) -> list[Path]:
     d = run.path / "plots"
     d.mkdir(exist_ok=True)
     made: list[Path] = []
-    for name, kind, section in run.instances():
+    for name, kind, section in reported(run):
         made += hooks(kind).plots(run, name, section, d)
     u = plot_utilization(run, d / "link_utilization.png")
     return [*made, *([u] if u else [])]
@@ -128,7 +134,7 @@ def plots_for(run: Run) -> list[Path]:
 def comparison_plots(runs: list[Run], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
-    for name, kind, _ in runs[0].instances():
+    for name, kind, _ in reported(runs[0]):
         made += hooks(kind).compare_plots(runs, name, out_dir)
     return made
 

@@ -70,11 +70,33 @@ def resolve(s: Scenario, base_dir: Path | None = None) -> None:
                 kind.resolve(w, s, base_dir, ordinal=ordinal, place=place)
             except FieldProblem as e:
                 raise FieldProblem((*at, *e.loc), e.msg) from None
+    _refuse_shared_ports(s, hosts)
     try:
         expect.parse(s.expect, s)
     except expect.ExpectError as e:
         raise FieldProblem(("expect", e.index), e.msg) from None
     _check_dilation(s)
+
+
+def _refuse_shared_ports(s: Scenario, every: list[str]) -> None:
+    """Two instances whose servers would listen on one port of one host: the second would fail
+    to bind only after the network is built."""
+    taken: dict[int, tuple[str, set[str]]] = {}
+    for name, w in s.workloads.items():
+        port = getattr(w, "port", None)
+        if port is None:
+            continue
+        on = set(getattr(w, "hosts", None) or every)
+        storage = getattr(w, "storage", None)  # the ensemble's storage host serves too
+        if storage:
+            on.add(storage)
+        if port in taken and taken[port][1] & on:
+            raise FieldProblem(
+                ("workloads", name, "port"),
+                f"{port} is also {taken[port][0]}'s port on {', '.join(sorted(taken[port][1] & on))}; "
+                "give one of them another port",
+            )
+        taken.setdefault(port, (name, on))
 
 
 def _placement(s: Scenario, name: str, w: Any, default: str, hosts: list[str]) -> Placement:
@@ -85,6 +107,8 @@ def _placement(s: Scenario, name: str, w: Any, default: str, hosts: list[str]) -
             raise FieldProblem(
                 (*at, "hosts", i), f"{h!r} is not a host; hosts are h1 … h{len(hosts)}"
             )
+        if h in w.hosts[:i]:
+            raise FieldProblem((*at, "hosts", i), f"{h!r} is given twice")
     if w.hosts is not None and len(set(w.hosts)) < 2:
         raise FieldProblem((*at, "hosts"), "needs at least two distinct hosts")
     classes = s.tc_profile.class_names

@@ -102,10 +102,13 @@ def fmt_pct(x: float | None) -> str:
     return "–" if x is None else f"{x:+.1f}%"
 
 
+LEGACY = ("linkcheck", "horovod", "websearch")  # the workloads: keys before named instances
+
+
 def legacy(name: str, kind: str) -> bool:
     """An instance named as its kind (every scenario before named instances): its figures keep
     their old names (flows.csv, `iteration_mean_s`, `small`); another's carry its name."""
-    return name == kind or (name == "horovod" and kind == "torch-ddp")
+    return name in LEGACY and (name == kind or (name == "horovod" and kind == "torch-ddp"))
 
 
 def prefixed(name: str, kind: str, key: str) -> str:

@@ -252,6 +252,7 @@ RESERVED_NAMES = frozenset({
     "tcp_congestion", "started_at", "window", "host_cpu", "setup_s", "drain_s", "links",
     "metrics", "status", "error", "warnings", "teardown_s", "hold", "time_scale", "wall",
     "workloads", "predicted", *dir(dict),
+    "orchestrator", "prometheus", "plots",  # the run's own scrape target and folders
 })  # fmt: skip
 INSTANCE_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 
@@ -299,6 +300,8 @@ def _instances(value: Any, info: ValidationInfo) -> Workloads:
         if not isinstance(body, dict):
             raise FieldProblem((name,), "must be a mapping of the instance's fields")
         kind = body.get("kind", name if name in KINDS else None)
+        if kind is not None and not isinstance(kind, str):
+            raise FieldProblem((name, "kind"), f"must be a kind's name, not {kind!r}")
         if kind is None:
             raise FieldProblem(
                 (name, "kind"),

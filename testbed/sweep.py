@@ -95,6 +95,16 @@ class SweepSpec(BaseModel):
     def axis_names(self) -> list[str]:
         return [*self.axes, "seed", *self.paired]
 
+    def column(self, axis: str) -> str:
+        """The axis' column in sweep.csv: the last part of its path, or, where two axes end
+        alike (job-a's and job-b's compute_to_network_ratio), the path after `workloads.`."""
+        if axis not in self.axes:
+            return axis
+        short = short_name(axis)
+        if sum(1 for a in self.axes if short_name(a) == short) > 1:
+            return axis.removeprefix("workloads.")
+        return short
+
 
 @dataclass
 class Point:
@@ -180,7 +190,7 @@ def load_spec(path: Path) -> SweepSpec:
     names = spec.axis_names()
     columns: dict[str, str] = {}
     for axis in names:
-        col = short_name(axis) if axis in spec.axes else axis
+        col = spec.column(axis)
         if col in columns or (col in RESERVED and axis != "seed") or col in key_columns():
             other = columns.get(col, "a column of sweep.csv")
             raise ScenarioError(
@@ -227,6 +237,7 @@ def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
     dims.append([("seed", str(s), {"seed": s}) for s in spec.seeds])
     for name, options in spec.paired.items():
         dims.append([(name, label, dict(o)) for label, o in options.items()])
+    _refuse_new_instances(spec, base, sweep_file)
     points: list[Point] = []
     seen: dict[str, int] = {}
     for i, combo in enumerate(itertools.product(*dims)):
@@ -254,6 +265,37 @@ def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
         folder = f"{i:03d}-{_slug([f's{v}' if k == 'seed' else v for k, v in labels.items()])}"
         points.append(Point(i, labels, overrides, s, ident, folder))
     return points
+
+
+def _refuse_new_instances(spec: SweepSpec, base: Scenario, sweep_file: Path) -> None:
+    """`workloads.NAME.FIELD` must name an instance the base has (or one the same overrides set
+    whole): a typo would otherwise add an instance of the kind NAME names, quietly."""
+    groups = [
+        spec.set,
+        *spec.axes.values(),
+        *(o for opts in spec.paired.values() for o in opts.values()),
+    ]
+    whole = {
+        p.split(".")[1]
+        for g in groups
+        for p in (g if isinstance(g, dict) else {})
+        if p.startswith("workloads.") and p.count(".") == 1
+    }
+    paths = [
+        *spec.set,
+        *spec.axes,
+        *(p for opts in spec.paired.values() for o in opts.values() for p in o),
+    ]
+    for path in paths:
+        parts = path.split(".")
+        if parts[0] == "workloads" and len(parts) > 2:
+            name = parts[1]
+            if name not in base.workloads and name not in whole:
+                raise ScenarioError(
+                    f"{sweep_file}: {path}: the base scenario has no workload instance {name!r} "
+                    f"(its instances: {', '.join(base.workloads) or 'none'}); set "
+                    f"workloads.{name} whole to add one"
+                )
 
 
 class SweepUI:
@@ -413,15 +455,17 @@ def write_results(
     for o in outcomes:
         rows.append({
             "index": o.point.index, "folder": f"runs/{o.point.folder}",
-            **{short_name(k) if k in spec.axes else k: o.point.labels[k] for k in names},
+            **{spec.column(k): o.point.labels[k] for k in names},
             "status": "ok" if o.status == "skipped" else o.status,
             "wall_s": round(o.wall_s, 2), "error": o.error or "", "expect": o.expect_column,
             **key_metrics(o.summary),
         })  # fmt: skip
     if rows:
         tmp = out / "sweep.csv.tmp"
+        # every row's columns (a failed point has no figures; instances differ across points)
+        fields = list(dict.fromkeys(k for r in rows for k in r))
         with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             w.writerows(rows)
         tmp.replace(out / "sweep.csv")

@@ -18,9 +18,6 @@ DURATION_BUCKETS = (
     20.0, 50.0,
 )  # fmt: skip
 
-HOROVOD_PORT = 9101
-WEBSEARCH_PORT = 9102
-
 
 def serve(registry: Any, address: str, port: int) -> tuple[Any, int]:
     """Start prometheus-client's HTTP server on (address, port); port 0 picks a free one."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -111,10 +112,8 @@ def test_set_applies_to_every_point(tmp_path):
         ({"axes": {"seed": [1, 2]}}, "the seeds of a sweep are given by `seeds:`"),
         (
             {
-                "axes": {
-                    "workloads.horovod.tc_class": ["high"],
-                    "workloads.websearch.tc_class": ["low"],
-                }
+                "axes": {"workloads.horovod.tc_class": ["high"]},
+                "paired": {"tc_class": {"a": {"workloads.websearch.tc_class": "low"}}},
             },
             "would share the column 'tc_class'",
         ),
@@ -212,3 +211,50 @@ def test_each_point_is_checked_against_its_expect(tmp_path):
     again = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
     assert [o.status for o in again] == ["skipped", "skipped"]
     assert [o.expect_column for o in again] == ["passed", "1 of 1 failed"]
+
+
+def test_axes_that_end_alike_keep_their_instance_in_the_column(tmp_path):
+    p = write(tmp_path, {"axes": {"workloads.horovod.tc_class": ["high"],
+                                  "workloads.websearch.tc_class": ["low"]}})  # fmt: skip
+    spec = sw.load_spec(p)
+    assert [spec.column(a) for a in spec.axes] == ["horovod.tc_class", "websearch.tc_class"]
+
+
+def test_an_axis_on_an_instance_the_base_lacks_is_refused(tmp_path):
+    """A typo in the instance name would otherwise add an instance of the kind it names."""
+    with pytest.raises(ScenarioError) as e:
+        points(tmp_path, {"axes": {"workloads.web.utilization": ["5%"]}})
+    assert "workloads.web.utilization: the base scenario has no workload instance 'web'" in str(
+        e.value
+    )
+    # setting the instance whole adds it, as meant
+    ps = points(tmp_path, {"set": {"workloads.web": {"kind": "websearch"}},
+                           "axes": {"workloads.web.utilization": ["5%"]}})  # fmt: skip
+    assert "web" in ps[0].scenario.workloads
+
+
+def test_sweep_csv_has_every_points_columns(tmp_path):
+    """A first point that failed (no figures) or points whose instances differ: the header is
+    every row's columns, not the first row's."""
+    p = write(tmp_path, {"seeds": [1, 2]})
+    spec = sw.load_spec(p)
+
+    def fake_run(scenario, folder, _ui):
+        folder.mkdir(parents=True)
+        if scenario.seed == 1:
+            raise errors.TestbedError("boom")
+        return {"status": "ok", "workloads": {"horovod": "horovod"},
+                "horovod": {"iteration_time_s": {"mean": 0.5, "p99": 0.6}}}  # fmt: skip
+
+    class UI:
+        def start_point(self, *a):
+            return None
+
+        def end_point(self, *a):
+            pass
+
+    sw.run_sweep(spec, sw.expand(spec, p), tmp_path / "out", fake_run, UI())
+    with open(tmp_path / "out" / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["failed", "ok"]
+    assert rows[0]["iteration_mean_s"] == "" and rows[1]["iteration_mean_s"] == "0.5"

@@ -254,3 +254,38 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
         "variants_s": variants,
         "efficiency": net.efficiency,
     }
+
+
+def print_prediction(out: Any, who: str, p: dict[str, Any]) -> None:
+    """`testbed predict`'s text for one training job (`for_instance`'s figures)."""
+    from rich.table import Table
+
+    def rate(bps: float) -> str:
+        return f"{bps / 1e6:.1f} Mbit/s" if bps < 1e9 else f"{bps / 1e9:.2f} Gbit/s"
+
+    via = (
+        ""
+        if p["bottleneck_bps"] == p["link_rate_bps"]
+        else f", the ring held to {rate(p['bottleneck_bps'])} by the fabric"
+    )
+    out.print(
+        f"{who}: {p['workers']} workers, {rate(p['link_rate_bps'])} links{via}, model "
+        f"{p['model_bytes'] / 1e6:.3g} MB, {p['bytes_per_iteration'] / 1e6:.3g} MB per worker "
+        "per iteration"
+    )
+    out.print(
+        f"compute {p['compute_s'] * 1e3:.1f} ms, network {p['network_s'] * 1e3:.1f} ms at the "
+        f"ring's rate (R_cp_to_nw {p['compute_to_network_ratio']:.3g}); the model moves bytes "
+        f"at TCP's {p['efficiency']:.3f} of the rate"
+    )
+    out.print(
+        f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/], "
+        f"U_horovod {p['u_horovod_pct']:.2f}% of the ring's bottleneck (no background load)"
+    )
+    t = Table(title="the same job with other gradient schedules")
+    for col in ("queue", "barrier", "iteration (ms)"):
+        t.add_column(col, justify="right")
+    for variant, v in p["variants_s"].items():
+        queue, _, nob = variant.partition("-")
+        t.add_row(queue, "off" if nob else "on", f"{v * 1e3:.1f}")
+    out.print(t)

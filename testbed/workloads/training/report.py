@@ -87,7 +87,7 @@ def counts(name: str, h: dict[str, Any]) -> dict[str, int]:
 
 
 def plots(run: Run, name: str, h: dict[str, Any], out_dir: Path) -> list[Path]:
-    suffix = "" if name in KINDS else f"-{name}"
+    suffix = "" if name == "horovod" else f"-{name}"
     made = [
         plot_iterations(run, out_dir / f"iterations{suffix}.png", name),
         plot_timeline(run, out_dir / f"horovod_timeline{suffix}.png", name=name),
@@ -155,6 +155,3 @@ def plot_timeline(run: Run, out: Path, iterations: int = 5, name: str = "horovod
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
-
-
-WORKLOAD_SECTIONS = ("linkcheck", "horovod", "websearch")

@@ -324,6 +324,7 @@ for _kind, _config, _doc in (
 
 
 def iterations_file(name: str) -> str:
-    """An instance's merged records in the run folder: iterations.csv for an instance named as
-    a training kind (the scenarios before named instances), iterations-<name>.csv otherwise."""
-    return "iterations.csv" if name in ("horovod", "torch-ddp") else f"iterations-{name}.csv"
+    """An instance's merged records in the run folder: iterations.csv for the instance named
+    horovod (the scenarios before named instances, whatever its backend), iterations-<name>.csv
+    otherwise."""
+    return "iterations.csv" if name == "horovod" else f"iterations-{name}.csv"
