@@ -56,6 +56,7 @@ def wall_overrides(s: Scenario) -> dict[str, Any]:
         "topology.link_rate": round(t.link_rate / k),
         "topology.delay": t.delay * k,
         "topology.jitter": t.jitter * k,
+        **({"topology.tcp_rto_min": t.tcp_rto_min * k} if t.tcp_rto_min else {}),
     }
     if t.fabric_rate is not None:
         out["topology.fabric_rate"] = round(t.fabric_rate / k)

@@ -44,6 +44,13 @@ CORE: dict[str, Any] = {
     "duration_s": "s",
     "time_scale": "1",
     "drain_s": "wall",
+    "tcp_rto_min_s": "s",
+    "tcp": {
+        "segments_sent": "1",
+        "retransmitted_segments": "1",
+        "timeouts": "1",
+        "spurious_timeouts": "1",
+    },
     "teardown_s": "wall",
     "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
     "window": {

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed import dilation, expect, hostcpu, preflight
+from testbed import dilation, expect, hostcpu, preflight, tcpstats
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.metrics.session import MetricsSession
 from testbed.namespaces import NETNS_DIR
@@ -217,6 +217,7 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
     preflight.require_binaries(s)
     preflight.check_workloads(s)
     preflight.tcp_congestion(s)
+    preflight.tcp_rto_min(s)
     if run_id is not None and not valid_run_id(run_id):
         raise ScenarioError(f"--run-id: {run_id!r} must be 6 lowercase hex digits, e.g. 3fa9c1")
     if out is not None and out.exists() and any(out.iterdir()):
@@ -455,6 +456,7 @@ def _live(
             "tc_profile": s.tc_profile.name,
             "topology": topo.kind,
             "tcp_congestion": preflight.tcp_congestion(s),
+            "tcp_rto_min_s": preflight.tcp_rto_min(s),
             "started_at": window.t0,
             "window": {**window.summary(), "edges_late_s": late_edges},
             "host_cpu": host_cpu,
@@ -462,6 +464,7 @@ def _live(
                         "workloads_ready": round(t_ready, 3)},
             "drain_s": round(t_drain, 3),
             "links": _links(plans, final, *snaps),
+            "tcp": tcpstats.totals([h.netns for h in topo.hosts]),
             "workloads": {w.name: w.kind for w in workloads},
             **sections,
         }  # fmt: skip

@@ -55,6 +55,22 @@ AVAILABLE_CONGESTION = Path("/proc/sys/net/ipv4/tcp_available_congestion_control
 ALLOWED_CONGESTION = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
+RTO_MIN = Path("/proc/sys/net/ipv4/tcp_rto_min_us")
+
+
+def tcp_rto_min(s: Scenario) -> float:
+    """The minimum RTO the hosts will have, in seconds of this machine's clock: the scenario's
+    (wall scenario: already × time_scale), or the kernel's 200 ms."""
+    if s.topology.tcp_rto_min is None:
+        return 0.2
+    if not RTO_MIN.exists():
+        raise EnvironmentProblem(
+            "topology.tcp_rto_min: this kernel has no net.ipv4.tcp_rto_min_us (Linux 6.11 or "
+            "later has it); leave tcp_rto_min out to keep the kernel's 200 ms"
+        )
+    return s.topology.tcp_rto_min
+
+
 def tcp_congestion(s: Scenario) -> str:
     """The congestion control the hosts will use: the scenario's (Reno unless it says), or
     with `machine` this machine's default, which new namespaces inherit. Outside the root

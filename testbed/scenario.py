@@ -126,6 +126,14 @@ class Topology(BaseModel):
         description="TCP congestion control in every host, e.g. reno, cubic, bbr, dctcp; "
         "'machine' keeps this machine's own default (recorded in summary.json either way)",
     )
+    tcp_rto_min: Duration | None = Field(
+        None,
+        gt=0,
+        le=120,
+        description="TCP's minimum retransmission timeout in every host, in scenario time "
+        "(net.ipv4.tcp_rto_min_us, Linux ≥ 6.11); unset: the kernel's 200 ms of real time, "
+        "which time_scale K makes 200/K ms of scenario time; ns-3's default is 1s",
+    )
     prefix: Prefix = Field(
         ipaddress.IPv4Network("10.10.0.0/24"),
         description="data addresses (the shaped network); the default grows to fit the hosts",
@@ -249,7 +257,7 @@ class Measure(BaseModel):
 # they may not be a top-level summary key, nor a name the mapping itself answers to.
 RESERVED_NAMES = frozenset({
     "scenario", "run_id", "runtime", "duration_s", "seed", "tc_profile", "topology",
-    "tcp_congestion", "started_at", "window", "host_cpu", "setup_s", "drain_s", "links",
+    "tcp_congestion", "tcp_rto_min_s", "tcp", "started_at", "window", "host_cpu", "setup_s", "drain_s", "links",
     "metrics", "status", "error", "warnings", "teardown_s", "hold", "time_scale", "wall",
     "workloads", "predicted", *dir(dict),
     "orchestrator", "prometheus", "plots",  # the run's own scrape target and folders

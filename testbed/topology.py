@@ -148,6 +148,7 @@ class TopologyPlan:
     hosts: tuple[Host, ...]
     hosts_per_switch: int
     tcp_congestion: str | None = None  # set in every host; None: the machine's default
+    tcp_rto_min_us: int | None = None  # set in every host; None: the kernel's (200 ms)
     mtu: int = 1500  # every data link; the management network keeps 1500
 
     @property
@@ -355,4 +356,10 @@ def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
     """The graph of the scenario's topology kind."""
     plan = leaf_spine(s, run_id) if s.topology.kind == "leaf-spine" else single_tor(s, run_id)
     tcp = None if s.topology.tcp == TCP_MACHINE else s.topology.tcp
-    return replace(plan, tcp_congestion=tcp, mtu=s.topology.mtu)
+    rto = s.topology.tcp_rto_min
+    return replace(
+        plan,
+        tcp_congestion=tcp,
+        mtu=s.topology.mtu,
+        tcp_rto_min_us=round(rto * 1e6) if rto is not None else None,
+    )

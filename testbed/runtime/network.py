@@ -193,6 +193,8 @@ class Network:
             disable_offloads(h.netns, [h.data_if])
             if p.tcp_congestion is not None:  # per namespace; new ones copy the machine's
                 write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", p.tcp_congestion)
+            if p.tcp_rto_min_us is not None:  # per namespace (preflight checked it exists)
+                write_sysctl(h.netns, "net.ipv4.tcp_rto_min_us", str(p.tcp_rto_min_us))
         self._build_management()
 
     def _build_switch(self, sw: Switch, create: nl.Batch, configure: nl.Batch) -> None:

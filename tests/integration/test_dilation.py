@@ -117,3 +117,26 @@ def test_prometheus_holds_scenario_durations(dilated):
         sum(float(r["duration_s"]) for r in its) / len(its), rel=1e-3
     )
     json.dumps(s)
+
+
+def test_the_minimum_rto_is_set_in_every_host_and_its_timeouts_counted(tmp_path):
+    """topology.tcp_rto_min reaches each host's net.ipv4.tcp_rto_min_us, K times longer when
+    dilated; the summary counts the hosts' TCP segments, retransmissions and timeouts."""
+    from pathlib import Path
+
+    from testbed.namespaces import inside
+
+    from .helpers import built_network
+
+    with built_network({"hosts": 2, "tcp_rto_min": "300ms"}, "70e001") as (topo, _):
+        for h in topo.hosts:
+            with inside(h.netns):
+                value = Path("/proc/sys/net/ipv4/tcp_rto_min_us").read_text()
+            assert int(value) == 300_000, h.name
+    s = run_scenario(tmp_path, {
+        "duration": "0.3s", "time_scale": 10, "measure": {"warmup": "0.1s", "cooldown": "0s"},
+        "topology": {"hosts": 2, "link_rate": "1gbit", "tcp_rto_min": "100ms"},
+        "workloads": {"linkcheck": {}},
+    })  # fmt: skip
+    assert s["tcp_rto_min_s"] == pytest.approx(0.1)  # scenario time; 1 s on the machine
+    assert s["tcp"]["segments_sent"] > 1000 and s["tcp"]["timeouts"] >= 0

@@ -69,6 +69,16 @@ def test_a_profile_keeps_its_shape_when_dilated(tmp_path):
     assert models.total_compute(layers) == pytest.approx(0.055)
 
 
+def test_a_minimum_rto_in_scenario_time_is_k_times_longer_on_the_machine():
+    topo = {**THESIS["topology"], "tcp_rto_min": "1s"}  # ns-3's MinRto
+    s = load_scenario_data({**THESIS, "topology": topo}, "t.yaml")
+    assert wall_scenario(s).topology.tcp_rto_min == pytest.approx(100.0)
+    from testbed.topology import build_plan
+
+    assert build_plan(wall_scenario(s), "abcdef").tcp_rto_min_us == 100_000_000
+    assert build_plan(load_scenario_data(THESIS, "t.yaml"), "abcdef").tcp_rto_min_us is None
+
+
 def test_time_scale_one_changes_nothing():
     s = load_scenario_data({**THESIS, "time_scale": 1}, "t.yaml")
     assert dilation.wall_overrides(s) == {} and wall_scenario(s) is s
@@ -86,6 +96,14 @@ def test_time_scale_one_changes_nothing():
         ),
         ({"time_scale": 10000}, "more than a day"),
         ({"time_scale": 1000, "measure": {"drain": "100s"}}, "measure.drain: must be ≤"),
+        # ns-3's 1 s minimum RTO at K = 200 would be 200 s here; Linux allows at most 120 s
+        (
+            {
+                "time_scale": 200,
+                "topology": {"hosts": 8, "link_rate": "10gbit", "tcp_rto_min": "1s"},
+            },
+            "topology.tcp_rto_min: must be ≤ 120",
+        ),
     ],
 )
 def test_bad_time_scale_is_one_line_naming_the_field(change, message):

@@ -1,0 +1,43 @@
+"""The hosts' own TCP counters, read from each host's network namespace at the end of a run:
+segments sent, retransmitted, and retransmission timeouts. They say what the kernel's TCP
+timers did, which time dilation does not stretch (topology.tcp_rto_min sets the minimum RTO;
+the delayed-ACK timer stays the kernel's). Cumulative over the run, hosts summed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.namespaces import inside
+
+# /proc/<pid>/net follows a process's main thread; the calling thread's namespace is here
+NET = Path("/proc/thread-self/net")
+WANTED = {
+    ("Tcp", "OutSegs"): "segments_sent",
+    ("Tcp", "RetransSegs"): "retransmitted_segments",
+    ("TcpExt", "TCPTimeouts"): "timeouts",
+    ("TcpExt", "TCPSpuriousRTOs"): "spurious_timeouts",
+}
+
+
+def _table(text: str) -> dict[tuple[str, str], int]:
+    """/proc/net/snmp and netstat: pairs of lines, names then values, per protocol."""
+    out = {}
+    lines = text.splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        proto, *keys = names.split()
+        _, *nums = values.split()
+        for k, v in zip(keys, nums, strict=False):
+            if v.lstrip("-").isdigit():
+                out[(proto.rstrip(":"), k)] = int(v)
+    return out
+
+
+def totals(namespaces: list[str | None]) -> dict[str, int]:
+    """The counters summed over `namespaces` (the hosts'); absent counters count 0."""
+    out = dict.fromkeys(WANTED.values(), 0)
+    for ns in namespaces:
+        with inside(ns):
+            table = _table((NET / "snmp").read_text()) | _table((NET / "netstat").read_text())
+        for key, name in WANTED.items():
+            out[name] += table.get(key, 0)
+    return out
