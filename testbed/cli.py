@@ -437,6 +437,10 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
     from testbed import aggregate as ag
     from testbed.sweep import short_name
 
+    doc = json.loads((path / "sweep.json").read_text())
+    if not doc["spec"].get("compare"):
+        _print_points(doc, as_json)
+        return
     agg = ag.aggregate(path)
     plots, why_not = ([], None) if no_plots else ag.plot_maps(agg, path / "plots")
     agg["plots"] = [str(p) for p in plots]
@@ -489,6 +493,33 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
         out.print(f"plot: {p}")
     if why_not:
         out.print(why_not)
+
+
+def _print_points(doc: dict[str, Any], as_json: bool) -> None:
+    """A sweep that compares nothing (no `compare:`): its points' figures, as sweep.csv has
+    them, one row each."""
+    rows = doc["results"]
+    if as_json:
+        click.echo(json.dumps({"name": doc["name"], "points": rows}, indent=2))
+        return
+    skip = {"index", "folder", "wall_s", "error"}
+    columns = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in skip]
+    columns = [c for c in columns if any(r.get(c) not in (None, "") for r in rows)]
+    t = Table(title=f"sweep {doc['name']}: {doc['ok']} of {doc['points']} runs ok, "
+              f"{doc['failed']} failed (no compare: in the sweep file, so its points as run)")  # fmt: skip
+    for c in columns:
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(*(_cell(r.get(c)) for c in columns))
+    Console().print(t)
+
+
+def _cell(v: Any) -> str:
+    if v is None or v == "":
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
 
 
 def _spread_text(s: dict[str, Any]) -> str:

@@ -258,3 +258,30 @@ def test_sweep_csv_has_every_points_columns(tmp_path):
         rows = list(csv.DictReader(f))
     assert [r["status"] for r in rows] == ["failed", "ok"]
     assert rows[0]["iteration_mean_s"] == "" and rows[1]["iteration_mean_s"] == "0.5"
+
+
+def test_report_of_a_sweep_that_compares_nothing_lists_its_points(tmp_path):
+    import subprocess
+    import sys
+
+    p = write(tmp_path, {"seeds": [1, 2]})
+    spec = sw.load_spec(p)
+
+    def fake_run(scenario, folder, _ui):
+        folder.mkdir(parents=True)
+        return {"status": "ok", "workloads": {"horovod": "horovod"},
+                "horovod": {"iteration_time_s": {"mean": 0.25 * scenario.seed, "p99": 1}}}  # fmt: skip
+
+    class UI:
+        def start_point(self, *a):
+            return None
+
+        def end_point(self, *a):
+            pass
+
+    sw.run_sweep(spec, sw.expand(spec, p), tmp_path / "out", fake_run, UI())
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "report", str(tmp_path / "out"),
+                        "--json"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    points = json.loads(r.stdout)["points"]
+    assert [x["iteration_mean_s"] for x in points] == [0.25, 0.5]
