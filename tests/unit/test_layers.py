@@ -4,6 +4,7 @@ under TYPE_CHECKING included (a cycle there is one a refactoring turns into an I
 from __future__ import annotations
 
 import ast
+import fnmatch
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "testbed"
@@ -100,3 +101,63 @@ def test_no_runtime_is_named_outside_runtime():
             continue
         offenders += [f"{rel}: {m.group(0)}" for m in branch.finditer(p.read_text())]
     assert offenders == []
+
+
+# The layers of README.md's map, bottom to top; a module imports from its own layer or below.
+# A pattern with * is a kind's module by its role; the most specific pattern wins.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("foundations", ["testbed", "testbed.units", "testbed.fields", "testbed.errors",
+                     "testbed.window", "testbed.state", "testbed.stopping", "testbed.addressing",
+                     "testbed.paths", "testbed.hostcpu", "testbed.namespaces", "testbed.netlink",
+                     "testbed.shaping.profile", "testbed.metrics", "testbed.metrics.exporters",
+                     "testbed.tcpstats"]),
+    ("the kinds, declared", ["testbed.workloads", "testbed.workloads.registry",
+                             "testbed.workloads.base", "testbed.workloads.kinds",
+                             "testbed.workloads.*"]),  # specs and node programs
+    ("the scenario", ["testbed.scenario", "testbed.topology", "testbed.expect",
+                      "testbed.dilation", "testbed.reference", "testbed.resolve"]),
+    ("the network", ["testbed.shaping", "testbed.shaping.*", "testbed.runtime", "testbed.runtime.*",
+                     "testbed.images", "testbed.metrics.*", "testbed.preflight"]),
+    ("workloads running", ["testbed.workloads.controller", "testbed.workloads.procs",
+                           "testbed.workloads.*.controller", "testbed.workloads.*.report",
+                           "testbed.workloads.*.predict", "testbed.workloads.training.ddp",
+                           "testbed.workloads.training.horovod", "testbed.workloads.training.gpus",
+                           "testbed.runs"]),
+    ("the life cycle", ["testbed.orchestrator", "testbed.guardian", "testbed.access"]),
+    ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate"]),
+    ("the command", ["testbed.cli"]),
+]  # fmt: skip
+
+
+def layer_of(module: str) -> int | None:
+    best: tuple[tuple[bool, int], int] | None = None
+    for i, (_, patterns) in enumerate(LAYERS):
+        for p in patterns:
+            if module == p or ("*" in p and fnmatch.fnmatch(module, p)):
+                score = ("*" not in p, len(p))
+                if best is None or score > best[0]:
+                    best = (score, i)
+    return best[1] if best else None
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for m, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            a, b = layer_of(m), layer_of(t)
+            if a is not None and b is not None and b > a:
+                out.append(f"{m} ({LAYERS[a][0]}) imports {t} ({LAYERS[b][0]})")
+    return out
+
+
+def test_imports_go_downward_only():
+    graph = module_graph()
+    unplaced = [m for m in graph if layer_of(m) is None]
+    assert unplaced == [], f"modules in no layer (add them to LAYERS): {unplaced}"
+    assert upward(graph) == []
+
+
+def test_an_upward_import_is_found():
+    assert upward({"testbed.units": {"testbed.cli"}, "testbed.cli": {"testbed.units"}}) == [
+        "testbed.units (foundations) imports testbed.cli (the command)"
+    ]
