@@ -550,6 +550,50 @@ class _PointUI:
         )
 
 
+class _RichSwarmUI:
+    """One line per node that runs a point (its point and time), and the sweep's total."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.p = progress
+        self.overall: TaskID | None = None
+        self.on: dict[int, TaskID] = {}  # point index → its line
+
+    def _total(self, done: int, total: int) -> None:
+        text = f"sweep: {done}/{total} points done"
+        if self.overall is None:
+            self.overall = self.p.add_task(text, total=total, completed=done)
+        self.p.update(self.overall, description=text, completed=done)
+
+    def start_point(self, point: Any, node: Any, done: int, total: int) -> None:
+        self._total(done, total)
+        self.on[point.index] = self.p.add_task(
+            f"  {node.hostname}: #{point.index} {point.title}", total=None
+        )
+
+    def end_point(self, outcome: Any, done: int, total: int) -> None:
+        self._total(done, total)
+        p = outcome.point
+        if p.index in self.on:
+            self.p.remove_task(self.on.pop(p.index))
+        if outcome.status == "failed":
+            self.p.console.print(
+                f"[red]run #{p.index} failed[/] ({p.title}): {outcome.error}", highlight=False
+            )
+        elif outcome.status == "ok":
+            self.p.console.print(
+                f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}"
+                + (f", expect: {outcome.expect_column}" if outcome.checks else ""),
+                highlight=False,
+            )
+        for line in outcome.failed_checks:
+            self.p.console.print(f"  [red]{line}[/]", highlight=False, soft_wrap=True)
+
+    def lost(self, point: Any, node: Any, why: str) -> None:
+        if point.index in self.on:
+            self.p.remove_task(self.on.pop(point.index))
+        self.p.console.print(f"[yellow]#{point.index} again elsewhere[/]: {why}", highlight=False)
+
+
 class _RichSweepUI:
     def __init__(self, progress: Progress) -> None:
         self.p = progress
@@ -606,8 +650,13 @@ def _fmt_duration(seconds: float) -> str:
     "--dry-run", is_flag=True, help="list the points and their measured flows; run nothing"
 )
 @click.option("-v", "--verbose", is_flag=True, help="show each run's log messages")
+@click.option(
+    "--swarm", is_flag=True, help="run the points on the nodes of this manager's Docker Swarm"
+)
 @_friendly
-def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbose: bool) -> None:
+def sweep(
+    sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbose: bool, swarm: bool
+) -> None:
     """Run every point of SWEEP_FILE (axes × paired axes × seeds), one after another.
 
     A run that finished before (same resolved scenario) is not run again, so an interrupted
@@ -627,6 +676,20 @@ def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbos
 
     require_root("testbed sweep")
     _console_logging(verbose, quiet=not verbose)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    if swarm:
+        from testbed.swarm import run as swarm_run
+
+        with Progress(*columns, console=err_console, transient=False) as progress:
+            outcomes = swarm_run.sweep(
+                spec, points, out, _RichSwarmUI(progress), lambda m: progress.console.print(m)
+            )
+        if plots:
+            for o in outcomes:
+                if o.status == "ok":
+                    _plots_after_run(out / "runs" / o.point.folder)
+        _sweep_done(spec, points, outcomes, out)
+        return
 
     def run_one(scenario: Any, folder: Path, point_ui: Any) -> dict[str, Any]:
         result = run(scenario, out=folder, ui=point_ui)
@@ -634,9 +697,13 @@ def sweep(sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbos
             _plots_after_run(folder)
         return result.summary
 
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as progress:
         outcomes = sw.run_sweep(spec, points, out, run_one, _RichSweepUI(progress))
+    _sweep_done(spec, points, outcomes, out)
+
+
+def _sweep_done(spec: Any, points: list[Any], outcomes: list[Any], out: Path) -> None:
+    """The sweep's last line, and its exit: 1 if a run failed, 3 if a check failed."""
     ran = [o for o in outcomes if o.status in ("ok", "failed")]
     failed = [o for o in outcomes if o.status == "failed"]
     unmet = [o for o in outcomes if o.failed_checks]
@@ -694,6 +761,54 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
         f"{_fmt_duration(total_s)} of run time on this machine's clock in all (setup, drain "
         "and teardown come on top)"
     )
+
+
+@main.command("cluster")
+@click.option(
+    "--probe", is_flag=True, help="also probe each node's kernel (pulls the runner image)"
+)
+@_friendly
+def cluster_(probe: bool) -> None:
+    """Show the Docker Swarm this machine manages: its nodes, which can run sweep points, and
+    which point runs where (`testbed sweep FILE --swarm` runs them; docs/swarm.md)."""
+    from testbed.swarm import cluster, dispatch
+    from testbed.swarm.image import Registry, runner_image
+
+    c = cluster.client()
+    manager = cluster.manager_address(c)
+    nodes = cluster.nodes(c)
+    kernels: dict[str, dict[str, Any]] = {}
+    if probe:
+        usable = [n for n in nodes if n.usable]
+        with Registry(manager) as registry:
+            ref = registry.push(c, runner_image(c, click.echo), click.echo)
+            kernels = dispatch.probe_nodes(c, ref, dispatch.new_sweep_id(), usable)
+    running = {r["node"]: r for r in cluster.points_running(c) if r["state"] == "running"}
+    t = Table(title=f"swarm managed from {manager}")
+    for col in (
+        "node",
+        "role",
+        "state",
+        "availability",
+        "CPUs",
+        "address",
+        "can run points",
+        "running",
+    ):
+        t.add_column(col)
+    for n in nodes:
+        k = kernels.get(n.id)
+        can = "yes" if n.usable else "no (not ready and active)"
+        if k is not None:
+            can = (
+                "yes"
+                if not k.get("error") and not k.get("missing")
+                else (k.get("error") or f"no: lacks {', '.join(k['missing'])}")
+            )
+        r = running.get(n.id)
+        t.add_row(n.hostname, n.role, n.state, n.availability, f"{n.cpus:g}", n.address, can,
+                  f"sweep {r['sweep']} #{r['point']} ({r['folder']})" if r else "–")  # fmt: skip
+    Console().print(t)
 
 
 @main.group()

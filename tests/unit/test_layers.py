@@ -124,7 +124,8 @@ LAYERS: list[tuple[str, list[str]]] = [
                            "testbed.workloads.training.horovod", "testbed.workloads.training.gpus",
                            "testbed.runs"]),
     ("the life cycle", ["testbed.orchestrator", "testbed.guardian", "testbed.access"]),
-    ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate"]),
+    ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate", "testbed.swarm",
+                 "testbed.swarm.*"]),
     ("the command", ["testbed.cli"]),
 ]  # fmt: skip
 
