@@ -37,6 +37,8 @@ fi
 # the node image's base (`testbed images build`; no images are built here).
 docker_pkgs=()
 command -v debootstrap >/dev/null 2>&1 || docker_pkgs+=(debootstrap)
+# the registry a swarm sweep serves its runner image from (testbed sweep --swarm)
+command -v docker-registry >/dev/null 2>&1 || docker_pkgs+=(docker-registry)
 if ! docker info >/dev/null 2>&1 && ! { command -v dockerd && command -v docker; } >/dev/null 2>&1; then
   docker_pkgs+=(docker.io)
 fi

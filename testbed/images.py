@@ -52,7 +52,10 @@ DOCKERFILE = SOURCE_ROOT / "images" / "node.Dockerfile"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"  # TESTBED_DEBIAN_MIRROR overrides
 # Everything apt would install goes in here, so the docker build needs no network.
-DEBIAN_PACKAGES = ("python3", "python3-venv", "iproute2", "iputils-ping", "procps", "iperf3")
+# iptables: the training kinds' DSCP rule, in a swarm point's run (testbed/swarm/image.py)
+DEBIAN_PACKAGES = (
+    "python3", "python3-venv", "iproute2", "iputils-ping", "procps", "iperf3", "iptables",
+)  # fmt: skip
 # Files left out of the imported root (directories stay, so apt and dpkg still find theirs):
 # downloaded packages and lists, logs, docs but their copyrights, man pages, translations.
 ROOTFS_EXCLUDE = (

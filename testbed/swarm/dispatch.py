@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from testbed.errors import ScenarioError
-from testbed.stopping import Interrupted
+from testbed.stopping import Interrupted, checkpoint, signals_ignored
 from testbed.swarm import cluster
 from testbed.swarm.cluster import LABEL_SWEEP, Node
 from testbed.swarm.results import Receiver
@@ -158,8 +158,10 @@ class Dispatcher:
                         "is down or drained); `testbed cluster` shows them"
                     )
                 time.sleep(self.poll_s)
+                checkpoint()
         except (KeyboardInterrupt, Interrupted):
-            self._stop_all()
+            with signals_ignored():  # a second Ctrl-C must not leave tasks running
+                self._stop_all()
             raise
         finally:
             self._write()
@@ -300,6 +302,7 @@ def probe_nodes(
                 elif state in ENDED:
                     out[node_id] = {"error": f"the probe {state}: {err}"}
             time.sleep(0.5)
+            checkpoint()
     finally:
         for s in services.values():
             try:

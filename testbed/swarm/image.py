@@ -29,6 +29,7 @@ from typing import Any
 
 from testbed.errors import EnvironmentProblem
 from testbed.images import cache_dir, ensure_node_image
+from testbed.stopping import checkpoint
 
 PORT = 5000
 STORAGE = Path("/var/lib/testbed/registry")
@@ -135,6 +136,7 @@ class Registry:
         c.images.get(tag).tag(local, version)
         progress(f"pushing {tag} to the registry on {self.manager}:{PORT}")
         for chunk in c.images.push(local, version, stream=True, decode=True):
+            checkpoint()
             if "error" in chunk:
                 raise EnvironmentProblem(f"--swarm: pushing {tag} failed: {chunk['error']}")
         # the manager runs points too: its engine finds the image under the nodes' name

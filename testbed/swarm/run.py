@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import EnvironmentProblem
+from testbed.stopping import signals_flag
 from testbed.swarm import cluster, dispatch
 from testbed.swarm.image import Registry, runner_image
 from testbed.swarm.results import Receiver
@@ -48,6 +49,13 @@ def sweep(
     out: Path,
     ui: Any,
     say: Callable[[str], None],
+) -> list[Outcome]:
+    with signals_flag():  # Ctrl-C, SIGTERM, SIGHUP: every task of the sweep stopped first
+        return _sweep(spec, points, out, ui, say)
+
+
+def _sweep(
+    spec: SweepSpec, points: list[Point], out: Path, ui: Any, say: Callable[[str], None]
 ) -> list[Outcome]:
     dispatch.portable(points)
     c = cluster.client()

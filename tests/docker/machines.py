@@ -1,0 +1,155 @@
+"""Machines emulated on this one: each a container running its own Docker engine, joined as a
+worker into a swarm this machine's engine manages (initialised on docker0's address). No
+docker-in-docker image can be pulled here, so a machine is the testbed base image (Debian
+bookworm, as this machine) with this machine's /usr bind-mounted read-only: the same dockerd,
+containerd and runc the host runs, in a container with the capability set a nested engine
+needs (DEVELOPERS.md: all but CAP_SYS_RESOURCE, seccomp and system paths unconfined, a
+writable cgroup tree). Each engine keeps its images under testbed's image cache (machines/<name>), so
+the runner image is pulled once, not per test session.
+
+The manager is drained while the machines exist: points then run on the emulated machines
+only, which is what the tests and benchmarks/swarm.py measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from typing import Any
+
+import docker
+
+from testbed.images import cache_dir
+
+LABEL = "testbed.machine"
+
+
+def docker0_address() -> str:
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return out.split()[3].split("/")[0]
+
+
+def base_image(c: Any) -> str:
+    images = sorted((t for img in c.images.list("testbed-base") for t in img.tags), reverse=True)
+    if not images:
+        raise RuntimeError("no testbed-base image: `testbed images build` makes it")
+    return images[0]
+
+
+class Machines:
+    def __init__(self, n: int, prefix: str = "tbm") -> None:
+        self.n, self.prefix = n, prefix
+        self.c = docker.from_env(timeout=300)
+        self.address = docker0_address()
+        self.containers: dict[str, Any] = {}
+        self.manager_id: str | None = None
+
+    def names(self) -> list[str]:
+        return [f"{self.prefix}{i}" for i in range(1, self.n + 1)]
+
+    def __enter__(self) -> Machines:
+        if (self.c.info().get("Swarm") or {}).get("LocalNodeState") == "active":
+            raise RuntimeError("this engine is in a swarm already: the tests make their own")
+        self.c.swarm.init(advertise_addr=self.address, listen_addr=f"{self.address}:2377")
+        try:
+            self.manager_id = self.c.info()["Swarm"]["NodeID"]
+            token = self.c.swarm.attrs["JoinTokens"]["Worker"]
+            image = base_image(self.c)
+            for name in self.names():
+                self.containers[name] = self._start(name, image)
+            for name in self.names():
+                self._wait_engine(name)
+                self.engine(name, "swarm", "leave", "--force", check=False)  # a stale state
+                self.engine(name, "swarm", "join", "--token", token, f"{self.address}:2377")
+            self._wait_nodes(self.n + 1)
+            node = self.c.nodes.get(self.manager_id)
+            spec = node.attrs["Spec"]
+            node.update({**spec, "Availability": "drain"})
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self, name: str, image: str) -> Any:
+        data = cache_dir() / "machines" / name
+        data.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            self.c.containers.get(name).remove(force=True)
+        return self.c.containers.run(
+            image,
+            ["dockerd", "--host", "unix:///run/docker.sock",
+             "--insecure-registry", f"{self.address}:5000", "--storage-driver", "overlay2"],
+            name=name, hostname=name, detach=True, labels={LABEL: name},
+            cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
+            security_opt=["seccomp=unconfined", "systempaths=unconfined"],
+            volumes={"/usr": {"bind": "/usr", "mode": "ro"},
+                     "/etc/alternatives": {"bind": "/etc/alternatives", "mode": "ro"},
+                     str(data): {"bind": "/var/lib/docker", "mode": "rw"},
+                     "/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"}},
+            tmpfs={"/run": ""},
+        )  # fmt: skip
+
+    def engine(self, name: str, *args: str, check: bool = True) -> str:
+        """`docker ARGS` against machine `name`'s own engine."""
+        r = subprocess.run(
+            ["docker", "exec", name, "docker", "-H", "unix:///run/docker.sock", *args],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{name}: docker {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def shell(self, name: str, command: str) -> str:
+        return subprocess.run(["docker", "exec", name, "sh", "-c", command], capture_output=True,
+                              text=True, timeout=60).stdout  # fmt: skip
+
+    def _wait_engine(self, name: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while subprocess.run(["docker", "exec", name, "docker", "-H", "unix:///run/docker.sock",
+                              "info"], capture_output=True).returncode != 0:  # fmt: skip
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{name}: its engine did not start: {self.shell(name, 'tail -5 /run/dockerd.log')}"
+                )
+            time.sleep(0.5)
+
+    def _wait_nodes(self, count: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while sum(n.attrs["Status"]["State"] == "ready" for n in self.c.nodes.list()) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the machines did not all become ready swarm nodes")
+            time.sleep(0.5)
+
+    def kill(self, name: str) -> None:
+        """The machine dies: its container (and the engine inside) is killed at once."""
+        self.containers[name].kill()
+
+    def node_of(self, hostname: str) -> Any:
+        return next(
+            n for n in self.c.nodes.list() if n.attrs["Description"]["Hostname"] == hostname
+        )
+
+    def leftovers(self, name: str) -> dict[str, str]:
+        """What a machine holds of testbed's after its points: containers of its engine,
+        network namespaces and testbed links in its own namespace."""
+        return {
+            "containers": self.engine(name, "ps", "-aq", check=False).strip(),
+            "netns": self.shell(name, "ls /run/netns 2>/dev/null").strip(),
+            "links": self.shell(name, "ip -o link | grep -c ' tb' || true")
+            .strip()
+            .replace("0", ""),
+        }
+
+    def __exit__(self, *exc: object) -> None:
+        for name, ctr in self.containers.items():
+            with contextlib.suppress(Exception):
+                self.engine(name, "swarm", "leave", "--force", check=False)
+            with contextlib.suppress(Exception):
+                ctr.remove(force=True)
+        with contextlib.suppress(Exception):
+            self.c.swarm.leave(force=True)
+        with contextlib.suppress(Exception):
+            self.c.networks.get("docker_gwbridge").remove()
+        self.containers.clear()
