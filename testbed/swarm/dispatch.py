@@ -82,6 +82,7 @@ class Running:
     config: Any
     token: str
     started: float
+    launched_at: float  # epoch: the service created
     ended_at: float | None = None
 
 
@@ -191,7 +192,7 @@ class Dispatcher:
             upload_url=self.receiver.url, token=token,
         )  # fmt: skip
         service = self.c.services.create(**svc.create_kwargs())
-        self.running[n.id] = Running(p, n, service, config, token, time.monotonic())
+        self.running[n.id] = Running(p, n, service, config, token, time.monotonic(), time.time())
         self.ui.start_point(p, n, len(self.outcomes), len(self.points))
         log.info("point %d (%s) on %s: service %s", p.index, p.title, n.hostname, name)
 
@@ -234,7 +235,10 @@ class Dispatcher:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "point.json").write_text(json.dumps(
             {"index": p.index, "labels": p.labels, "overrides": p.overrides,
-             "identity": p.identity, "node": r.node.hostname}, indent=1))  # fmt: skip
+             "identity": p.identity, "node": r.node.hostname,
+             "swarm": {"sweep": self.sweep_id, "launched_at": round(r.launched_at, 3),
+                       "received_at": round(time.time(), 3), "runs_before": self.lost[p.index]}},
+            indent=1))  # fmt: skip
         ok = error is None and summary.get("status") == "ok" and exit_code in (0, 3)
         why = error or summary.get("error") or f"testbed up exited {exit_code} on {r.node.hostname}"
         o = Outcome(p, "ok" if ok else "failed", time.monotonic() - r.started,
