@@ -84,6 +84,33 @@ def test_a_sweep_spreads_over_the_machines_and_reports_as_a_local_one(machines, 
     nothing_left(machines)
 
 
+def test_ctrl_c_leaves_nothing_on_any_machine(machines, tmp_path):
+    m = machines
+    f = write_sweep(tmp_path, [1, 2], duration="60s")
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "sweep", str(f), "--swarm",
+                             "--out", str(tmp_path / "out")], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "120"})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            running = [t for t in m.c.api.tasks(filters={"label": "testbed.sweep"})
+                       if t["Status"]["State"] == "running"]  # fmt: skip
+            if len(running) == 2 and all("probe" not in m.c.services.get(t["ServiceID"]).name
+                                         for t in running):  # fmt: skip
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        time.sleep(5)  # inside both runs
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    nothing_left(m)
+
+
 def test_a_machine_killed_mid_point_has_its_point_run_elsewhere(machines, tmp_path):
     f = write_sweep(tmp_path, [7], duration="30s")
     out = tmp_path / "out"
@@ -117,30 +144,6 @@ def test_a_machine_killed_mid_point_has_its_point_run_elsewhere(machines, tmp_pa
     assert "again elsewhere" in stderr and victim in stderr
     assert json.loads((out / "runs" / "000-s7" / "summary.json").read_text())["status"] == "ok"
     print(f"recovered in {recovered:.0f} s")
-
-
-def test_ctrl_c_leaves_nothing_on_any_machine(tmp_path):
-    with Machines(2, prefix="tbc") as m:
-        f = write_sweep(tmp_path, [1, 2], duration="60s")
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "sweep", str(f), "--swarm",
-                                 "--out", str(tmp_path / "out")], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "COLUMNS": "120"})  # fmt: skip
-        try:
-            deadline = time.monotonic() + 900
-            while time.monotonic() < deadline:
-                running = [t for t in m.c.api.tasks(filters={"label": "testbed.sweep"})
-                           if t["Status"]["State"] == "running"]  # fmt: skip
-                if len(running) == 2 and all("probe" not in m.c.services.get(t["ServiceID"]).name
-                                             for t in running):  # fmt: skip
-                    break
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.5)
-            time.sleep(5)
-            proc.send_signal(signal.SIGINT)
-            _, stderr = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 130, stderr[-3000:]
-        nothing_left(m)
+    for name in machines.names():
+        if name != victim:
+            assert machines.leftovers(name) == {"containers": "", "netns": "", "links": ""}, name
