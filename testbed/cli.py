@@ -196,6 +196,7 @@ class RichUI:
     help="after the workloads (at once if there are none) keep the hosts up for your own "
     "tools (testbed exec/shell) until Ctrl-C, SIGTERM or DURATION",
 )
+@click.option("--no-plots", is_flag=True, help="write no plots (a sweep's runs have none)")
 @_friendly
 def up(
     scenario: str,
@@ -206,6 +207,7 @@ def up(
     verbose: bool,
     junit: Path | None,
     hold: str | None,
+    no_plots: bool,
 ) -> None:
     """Build the network of SCENARIO, run its workloads, write the run folder, tear down.
 
@@ -256,7 +258,8 @@ def up(
     if run.instances():
         rp.print_run(Console(), rp.describe_run(run))
     Console().print(f"run folder: {run_dir}")
-    _plots_after_run(run_dir)
+    if not no_plots:
+        _plots_after_run(run_dir)
     if s.expect:
         _expectations(s, run_dir, result.summary, junit)
     elif junit is not None:

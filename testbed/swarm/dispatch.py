@@ -3,18 +3,23 @@
 `DIR/runs/NNN-…/` a local sweep writes; sweep.csv, sweep.json, resuming and `expect:` as in
 sweep.run_sweep.
 
-A point whose node goes down or leaves (or whose task is orphaned, or ends without sending
-its folder) runs again on another node, up to LOST_TRIES times; a point that fails for its
-own sake (its `testbed up` failed) is recorded failed, as locally. Ctrl-C removes every
-service of the sweep (each task's `testbed up` gets SIGTERM and tears down) and waits for
-their tasks to end."""
+A point runs again on another node (up to LOST_TRIES runs) when its node goes down or leaves,
+when its task is orphaned, ends without sending its folder, is stopped by its node (drained:
+its run ends interrupted although the sweep did not stop it), or stays unplaced for PENDING_S
+(a pull that never ends, a node whose CPUs something else reserved). A point that fails for
+its own sake (its `testbed up` failed) is recorded failed, as locally. On Ctrl-C, SIGTERM or
+SIGHUP, and on any error of the sweep itself, every service of the sweep is removed (each
+task's `testbed up` gets SIGTERM and tears down), the folders those runs still send are kept
+and recorded as interrupted, and the sweep waits until the swarm has no task of it left."""
 
 from __future__ import annotations
 
 import collections
 import json
 import logging
+import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +27,9 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import ScenarioError
-from testbed.stopping import Interrupted, checkpoint, signals_ignored
+from testbed.errors import EnvironmentProblem, ScenarioError
+from testbed.state import proc_start_time
+from testbed.stopping import checkpoint, signals_ignored
 from testbed.swarm import cluster
 from testbed.swarm.cluster import LABEL_SWEEP, Node
 from testbed.swarm.results import Receiver
@@ -41,13 +47,20 @@ from testbed.sweep import (
 from testbed.workloads import kinds
 
 log = logging.getLogger(__name__)
-LOST_TRIES = 3  # runs of one point on nodes that went away, before it is recorded failed
+LOST_TRIES = 3  # runs of one point on nodes that lost it, before it is recorded failed
 SILENT_S = 30.0  # a task that ended and sent nothing for this long: its node lost it
+PENDING_S = 1800.0  # a task not yet running after this long (the first pull takes minutes)
 ENDED = ("complete", "failed", "rejected", "shutdown", "orphaned", "remove")
+WAITING = ("new", "pending", "assigned", "accepted", "preparing", "ready", "starting")
+LABEL_OWNER = "testbed.owner"  # host:pid:start of the sweep process (stale services found)
 
 
 def new_sweep_id() -> str:
     return secrets.token_hex(3)
+
+
+def owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{proc_start_time(os.getpid())}"
 
 
 def portable(points: list[Point]) -> None:
@@ -74,6 +87,25 @@ def scenario_text(p: Point) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
+def remove_stale(c: Any) -> int:
+    """Services and configs of swarm sweeps this machine ran whose process is gone (killed
+    with SIGKILL, or the machine rebooted): they would hold their nodes. Returns how many."""
+    here = socket.gethostname()
+    removed = 0
+    for kind in (c.services, c.configs):
+        for obj in kind.list(filters={"label": LABEL_OWNER}):
+            host, _, rest = obj.attrs["Spec"]["Labels"][LABEL_OWNER].partition(":")
+            pid, _, start = rest.partition(":")
+            if host != here or (pid.isdigit() and str(proc_start_time(int(pid))) == start):
+                continue
+            try:
+                obj.remove()
+                removed += 1
+            except Exception as e:
+                log.debug("removing stale %s: %s", obj, e)
+    return removed
+
+
 @dataclass
 class Running:
     point: Point
@@ -83,15 +115,20 @@ class Running:
     token: str
     started: float
     launched_at: float  # epoch: the service created
-    ended_at: float | None = None
+    ended_at: float | None = None  # monotonic: when its task was first seen ended
 
 
 def task_state(service: Any) -> tuple[str, str]:
-    """The state of the service's (one) task and its error, "new" before it has one."""
+    """The state of the service's (one) task and its error: "new" before it has one,
+    "unknown" when the managers cannot say now (an API error is not an ending)."""
+    import docker
+
     try:
         tasks = service.tasks()
-    except Exception:  # the service is gone: as good as removed
+    except docker.errors.NotFound:
         return "remove", "the service is gone"
+    except Exception as e:
+        return "unknown", str(e)[:200]
     if not tasks:
         return "new", ""
     t = max(tasks, key=lambda t: t.get("CreatedAt", ""))
@@ -121,6 +158,7 @@ class Dispatcher:
         self.running: dict[str, Running] = {}
         self.lost: collections.Counter[int] = collections.Counter()
         self.t0 = time.monotonic()
+        self.owner = owner()
 
     # ------------------------------------------------------------------ the loop
 
@@ -154,13 +192,13 @@ class Dispatcher:
                         break
                     self._launch(pending.popleft(), n)
                 if pending and not self.running and not free:
-                    raise ScenarioError(
+                    raise EnvironmentProblem(
                         "--swarm: no node of the swarm is left to run points (every one able to "
-                        "is down or drained); `testbed cluster` shows them"
+                        "is down, drained, or lost a point); `testbed cluster` shows them"
                     )
                 time.sleep(self.poll_s)
                 checkpoint()
-        except (KeyboardInterrupt, Interrupted):
+        except BaseException:
             with signals_ignored():  # a second Ctrl-C must not leave tasks running
                 self._stop_all()
             raise
@@ -184,50 +222,66 @@ class Dispatcher:
             _set_aside(folder)
         token = self.receiver.expect(folder)
         name = f"tb-{self.sweep_id}-{p.index:03d}-{self.lost[p.index]}"
-        labels = {LABEL_SWEEP: self.sweep_id}
+        labels = {LABEL_SWEEP: self.sweep_id, LABEL_OWNER: self.owner}
         config = self.c.configs.create(name=name, data=scenario_text(p).encode(), labels=labels)
         svc = PointService(
             name=name, image=self.image, node_id=n.id, cpus=n.cpus, config_id=config.id,
             config_name=name, folder=p.folder, sweep_id=self.sweep_id, index=p.index,
-            upload_url=self.receiver.url, token=token,
+            upload_url=self.receiver.url, token=token, owner=self.owner,
         )  # fmt: skip
-        service = self.c.services.create(**svc.create_kwargs())
+        try:
+            service = self.c.services.create(**svc.create_kwargs())
+        except BaseException:
+            config.remove()
+            self.receiver.forget(token)
+            raise
         self.running[n.id] = Running(p, n, service, config, token, time.monotonic(), time.time())
         self.ui.start_point(p, n, len(self.outcomes), len(self.points))
         log.info("point %d (%s) on %s: service %s", p.index, p.title, n.hostname, name)
 
     def _follow(self, r: Running, node: Node | None, pending: collections.deque[Point]) -> None:
         got = self.receiver.get(r.token)
-        state, err = task_state(r.service)
         if got is not None and got.arrived.is_set():
-            self._finish(r, got.exit_code, got.error)
+            if got.exit_code == 130 and got.error is None:  # its node stopped it, not we
+                self._lost(r, f"node {r.node.hostname} stopped its run (drained?)", pending)
+            else:
+                self._finish(r, got.exit_code, got.error)
             return
-        if state in ENDED and r.ended_at is None:
-            r.ended_at = time.monotonic()
-        gone = node is None or node.state != "ready" or state == "orphaned"
-        silent = r.ended_at is not None and time.monotonic() - r.ended_at > SILENT_S
-        if not (gone or silent):
+        state, err = task_state(r.service)
+        if state in ENDED:
+            r.ended_at = r.ended_at or time.monotonic()
+        elif state != "unknown":
+            r.ended_at = None
+        now = time.monotonic()
+        if node is None or node.state != "ready":
+            why = f"node {r.node.hostname} is {node.state if node else 'gone from the swarm'}"
+        elif state == "orphaned":
+            why = f"its task on {r.node.hostname} was orphaned"
+        elif r.ended_at is not None and now - r.ended_at > SILENT_S:
+            why = f"its task ended ({state}{': ' + err if err else ''}) and sent no run folder"
+        elif state in WAITING and now - r.started > PENDING_S:
+            why = (
+                f"its task did not start in {PENDING_S:.0f} s ({state}{': ' + err if err else ''})"
+            )
+        else:
             return
-        why = (
-            f"node {r.node.hostname} is {node.state if node else 'gone'}"
-            if gone
-            else f"its task ended ({state}{': ' + err if err else ''}) and sent no run folder"
-        )
+        self._lost(r, why, pending)
+
+    def _lost(self, r: Running, why: str, pending: collections.deque[Point]) -> None:
         self._remove(r)
         self.lost[r.point.index] += 1
+        self.eligible.discard(r.node.id)  # that node gets no more points of this sweep
         if self.lost[r.point.index] < LOST_TRIES:
             log.warning("point %d: %s; it runs again on another node", r.point.index, why)
             self.ui.lost(r.point, r.node, why)
             pending.appendleft(r.point)
-            if gone:
-                self.eligible.discard(r.node.id)
             return
-        o = Outcome(r.point, "failed", time.monotonic() - r.started,
-                    f"{why}, {LOST_TRIES} times", {})  # fmt: skip
-        self._record(o)
+        self._record(Outcome(r.point, "failed", time.monotonic() - r.started,
+                             f"{why} ({LOST_TRIES} runs lost)", {}))  # fmt: skip
         self._write()
 
-    def _finish(self, r: Running, exit_code: int | None, error: str | None) -> None:
+    def _finish(self, r: Running, exit_code: int | None, error: str | None,
+                status: str | None = None) -> None:  # fmt: skip
         folder = self.runs_dir / r.point.folder
         self._remove(r)
         summary = _summary_of(folder)
@@ -241,15 +295,17 @@ class Dispatcher:
             indent=1))  # fmt: skip
         ok = error is None and summary.get("status") == "ok" and exit_code in (0, 3)
         why = error or summary.get("error") or f"testbed up exited {exit_code} on {r.node.hostname}"
-        o = Outcome(p, "ok" if ok else "failed", time.monotonic() - r.started,
-                    None if ok else why, summary)  # fmt: skip
+        status = status or ("ok" if ok else "failed")
+        o = Outcome(p, status, time.monotonic() - r.started,
+                    None if status == "ok" else why, summary)  # fmt: skip
         check(o, folder)
         self._record(o)
         self._write()
 
-    def _remove(self, r: Running) -> None:
+    def _remove(self, r: Running, forget: bool = True) -> None:
         self.running.pop(r.node.id, None)
-        self.receiver.forget(r.token)
+        if forget:
+            self.receiver.forget(r.token)
         for obj in (r.service, r.config):
             try:
                 obj.remove()
@@ -257,40 +313,53 @@ class Dispatcher:
                 log.debug("removing %s: %s", obj, e)
 
     def _stop_all(self) -> None:
-        """Ctrl-C: every service of the sweep removed (its task gets SIGTERM: `testbed up`
-        tears down), then wait until none of their tasks runs."""
-        for r in list(self.running.values()):
-            self._remove(r)
-        deadline = time.monotonic() + STOP_GRACE_S + 10
+        """Every service of the sweep removed (its task gets SIGTERM: `testbed up` tears down
+        and sends its folder, recorded as interrupted), then wait until the swarm holds no
+        task of the sweep on a node that is up."""
+        stopping = list(self.running.values())
+        for r in stopping:
+            self._remove(r, forget=False)
+        deadline = time.monotonic() + STOP_GRACE_S + 30
         while time.monotonic() < deadline:
-            left = [
-                s for s in self.c.services.list(filters={"label": f"{LABEL_SWEEP}={self.sweep_id}"})
-            ]
-            if not left and not self._containers_left():
-                return
-            for s in left:
+            for r in stopping:
+                got = self.receiver.get(r.token)
+                if got is not None and got.arrived.is_set() and r.point.index not in self.outcomes:
+                    self._finish(r, got.exit_code, got.error, status="interrupted")
+            if not self._tasks_left():
+                break
+            time.sleep(1)
+        for r in stopping:
+            self.receiver.forget(r.token)
+            if r.point.index not in self.outcomes:
+                self.outcomes[r.point.index] = Outcome(
+                    r.point, "interrupted", time.monotonic() - r.started, "interrupted"
+                )
+
+    def _tasks_left(self) -> bool:
+        """Whether the swarm still has a task of the sweep on a node that is up (a down node's
+        tasks stay listed until it comes back; its containers went with it)."""
+        try:
+            for s in self.c.services.list(filters={"label": f"{LABEL_SWEEP}={self.sweep_id}"}):
                 try:
                     s.remove()
                 except Exception as e:
                     log.debug("removing %s: %s", s, e)
-            time.sleep(1)
-
-    def _containers_left(self) -> bool:
-        """Whether any task of the sweep still runs anywhere (the managers know each task)."""
-        try:
+            up = {n.id for n in cluster.nodes(self.c) if n.state == "ready"}
             tasks = self.c.api.tasks(filters={"label": f"{LABEL_SWEEP}={self.sweep_id}"})
-        except Exception:
-            return False
-        return any(t.get("Status", {}).get("State") in ("running", "starting") for t in tasks)
+        except Exception as e:
+            log.warning("asking the swarm for the sweep's tasks: %s", e)
+            return True
+        return any(t.get("NodeID") in up for t in tasks)
 
 
 def probe_nodes(
-    c: Any, image: str, sweep_id: str, nodes: list[Node], timeout_s: float = 300
+    c: Any, image: str, sweep_id: str, nodes: list[Node], timeout_s: float = PENDING_S
 ) -> dict[str, dict[str, Any]]:
     """Each usable node's kernel capabilities, from a one-task service there (point --probe)."""
     from testbed.swarm.service import probe_kwargs
 
-    services = {n.id: c.services.create(**probe_kwargs(image, n.id, sweep_id)) for n in nodes}
+    services = {n.id: c.services.create(**probe_kwargs(image, n.id, sweep_id, owner()))
+                for n in nodes}  # fmt: skip
     out: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout_s
     try:

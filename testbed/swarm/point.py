@@ -25,15 +25,29 @@ from pathlib import Path
 WORK = Path("/work")
 
 
-def remount_proc_sys() -> None:
-    subprocess.run(["mount", "-o", "remount,rw", "/proc/sys"], check=False)
+def remount_proc_sys() -> bool:
+    return subprocess.run(["mount", "-o", "remount,rw", "/proc/sys"], check=False).returncode == 0
+
+
+APPARMOR = (
+    "a writable /proc/sys and new namespaces in the task (AppArmor's docker-default profile "
+    "denies mounts; on such a node run dockerd without AppArmor confinement of containers)"
+)
 
 
 def probe() -> int:
     from testbed.shaping.probe import HOW, REQUIRED, probe
 
-    remount_proc_sys()
-    caps = probe()
+    if not remount_proc_sys():
+        print(json.dumps({"present": [], "missing": ["mount"], "how": {"mount": APPARMOR}}),
+              flush=True)  # fmt: skip
+        return 0
+    try:
+        caps = probe()
+    except OSError as e:
+        print(json.dumps({"present": [], "missing": ["netns"],
+                          "how": {"netns": f"{APPARMOR}: {e}"}}), flush=True)  # fmt: skip
+        return 0
     print(json.dumps({"present": sorted(caps.present), "missing": caps.missing_required(),
                       "how": {f: HOW[f] for f in REQUIRED if not caps.has(f)}}), flush=True)  # fmt: skip
     return 0
@@ -55,7 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     out = WORK / args.folder
     WORK.mkdir(parents=True, exist_ok=True)
     child = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "up", str(args.scenario), "--out", str(out)]
+        # no plots: a sweep's runs have none unless it is asked (--plots), as locally
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "up",
+            str(args.scenario),
+            "--out",
+            str(out),
+            "--no-plots",
+        ]
     )
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     signal.signal(signal.SIGINT, lambda *_: child.send_signal(signal.SIGINT))

@@ -60,6 +60,9 @@ def _sweep(
     dispatch.portable(points)
     c = cluster.client()
     manager = cluster.manager_address(c)
+    stale = dispatch.remove_stale(c)
+    if stale:
+        say(f"removed {stale} service(s) and config(s) of swarm sweeps killed earlier here")
     nodes = usable_nodes(c)
     image = runner_image(c, say)
     with Registry(manager) as registry:

@@ -30,9 +30,11 @@ class PointService:
     index: int
     upload_url: str
     token: str
+    owner: str = ""  # the sweep process (dispatch.remove_stale finds services it left)
 
     def labels(self) -> dict[str, str]:
-        return {LABEL_SWEEP: self.sweep_id, LABEL_POINT: str(self.index), LABEL_FOLDER: self.folder}
+        return {LABEL_SWEEP: self.sweep_id, LABEL_POINT: str(self.index),
+                LABEL_FOLDER: self.folder, "testbed.owner": self.owner}  # fmt: skip
 
     def create_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of docker's `services.create`."""
@@ -67,7 +69,7 @@ class PointService:
         }
 
 
-def probe_kwargs(image: str, node_id: str, sweep_id: str) -> dict[str, Any]:
+def probe_kwargs(image: str, node_id: str, sweep_id: str, owner: str = "") -> dict[str, Any]:
     """A one-task service that prints a node's kernel capabilities (point.py --probe)."""
     from docker.types import RestartPolicy, ServiceMode
 
@@ -80,5 +82,5 @@ def probe_kwargs(image: str, node_id: str, sweep_id: str) -> dict[str, Any]:
         "restart_policy": RestartPolicy(condition="none"),
         "cap_add": CAP_ADD,
         "cap_drop": CAP_DROP,
-        "labels": {LABEL_SWEEP: sweep_id},
+        "labels": {LABEL_SWEEP: sweep_id, "testbed.owner": owner},
     }

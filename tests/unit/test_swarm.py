@@ -54,6 +54,7 @@ def test_a_point_is_one_task_pinned_to_its_node_that_never_restarts():
         "testbed.sweep": "abc123",
         "testbed.point": "4",
         "testbed.folder": "004-s2",
+        "testbed.owner": "",
     }
 
 
