@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.docker.machines import Machines  # noqa: E402
+from tests.docker.test_swarm import running_points  # noqa: E402
 
 BASE = {
     "name": "swarm-bench", "duration": "3s", "measure": {"warmup": "1s", "cooldown": "0.5s"},
@@ -101,10 +102,8 @@ def main() -> None:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         victim = None
         while victim is None and proc.poll() is None:
-            for t in m.c.api.tasks(filters={"label": "testbed.sweep"}):
-                svc = m.c.services.get(t["ServiceID"]).name
-                if t["Status"]["State"] == "running" and "probe" not in svc:
-                    victim = m.c.nodes.get(t["NodeID"]).attrs["Description"]["Hostname"]
+            for t in running_points(m.c):
+                victim = m.c.nodes.get(t["NodeID"]).attrs["Description"]["Hostname"]
             time.sleep(0.5)
         time.sleep(5)
         t_kill = time.time()

@@ -11,6 +11,7 @@ import io
 import secrets
 import shutil
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
@@ -75,12 +76,20 @@ class Receiver:
             req.send_response(403 if e is None else 409 if e.arrived.is_set() else 413)
             req.end_headers()
             return
-        data = req.rfile.read(size)
         tmp = e.dest.with_name(e.dest.name + ".incoming")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                tar.extractall(tmp, filter="data")
+            with tempfile.TemporaryFile() as body:  # a TSDB may be large: not in memory
+                left = size
+                while left > 0:
+                    chunk = req.rfile.read(min(left, 1 << 20))
+                    if not chunk:
+                        raise ValueError(f"the upload ended {left} bytes short")
+                    body.write(chunk)
+                    left -= len(chunk)
+                body.seek(0)
+                with tarfile.open(fileobj=body, mode="r:gz") as tar:
+                    tar.extractall(tmp, filter="data")
             if e.dest.exists():
                 shutil.rmtree(e.dest)
             tmp.rename(e.dest)

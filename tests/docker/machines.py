@@ -132,14 +132,13 @@ class Machines:
         )
 
     def leftovers(self, name: str) -> dict[str, str]:
-        """What a machine holds of testbed's after its points: containers of its engine,
-        network namespaces and testbed links in its own namespace."""
+        """What a machine holds of testbed's after its points: its engine's containers, and
+        processes of a run (a point's namespaces and links live in its task's own network
+        namespace, so they exist exactly as long as a process of the task does)."""
+        run = "ps -eo comm= | grep -E '^(python|prometheus|iperf3|nsenter)' || true"
         return {
             "containers": self.engine(name, "ps", "-aq", check=False).strip(),
-            "netns": self.shell(name, "ls /run/netns 2>/dev/null").strip(),
-            "links": self.shell(name, "ip -o link | grep -c ' tb' || true")
-            .strip()
-            .replace("0", ""),
+            "processes": " ".join(self.shell(name, run).split()),
         }
 
     def __exit__(self, *exc: object) -> None:

@@ -49,11 +49,32 @@ def files(run: Path) -> set[str]:
     return {n for n in names if not n.startswith("prometheus/")}
 
 
-def nothing_left(m: Machines) -> None:
-    for name in m.names():
-        assert m.leftovers(name) == {"containers": "", "netns": "", "links": ""}, name
+def running_points(c) -> list[dict]:
+    """The running tasks of sweep points (not the kernel probes), with their service."""
+    out = []
+    for svc in c.services.list(filters={"label": "testbed.sweep"}):
+        if "probe" in svc.name:
+            continue
+        out += [t for t in svc.tasks() if t["Status"]["State"] == "running"]
+    return out
+
+
+EMPTY = {"containers": "", "processes": ""}
+
+
+def nothing_left(m: Machines, alive: list[str] | None = None, within_s: float = 60) -> None:
+    """No service or config of a sweep on the manager; no container or run process on any
+    machine (the agents remove a task's container a little after its service: polled)."""
     assert m.c.services.list(filters={"label": "testbed.sweep"}) == []
     assert m.c.configs.list(filters={"label": "testbed.sweep"}) == []
+    names = alive if alive is not None else m.names()
+    deadline = time.monotonic() + within_s
+    while True:
+        left = {n: m.leftovers(n) for n in names}
+        if all(v == EMPTY for v in left.values()):
+            return
+        assert time.monotonic() < deadline, left
+        time.sleep(1)
 
 
 def test_a_sweep_spreads_over_the_machines_and_reports_as_a_local_one(machines, tmp_path):
@@ -94,10 +115,7 @@ def test_ctrl_c_leaves_nothing_on_any_machine(machines, tmp_path):
     try:
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
-            running = [t for t in m.c.api.tasks(filters={"label": "testbed.sweep"})
-                       if t["Status"]["State"] == "running"]  # fmt: skip
-            if len(running) == 2 and all("probe" not in m.c.services.get(t["ServiceID"]).name
-                                         for t in running):  # fmt: skip
+            if len(running_points(m.c)) == 2:
                 break
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.5)
@@ -122,12 +140,8 @@ def test_a_machine_killed_mid_point_has_its_point_run_elsewhere(machines, tmp_pa
         victim = None
         while victim is None and time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
-            for t in machines.c.api.tasks(filters={"label": "testbed.sweep"}):
-                if t["Status"]["State"] == "running" and "probe" not in t.get("ServiceID", ""):
-                    node = machines.c.nodes.get(t["NodeID"]).attrs["Description"]["Hostname"]
-                    svc = machines.c.services.get(t["ServiceID"]).name
-                    if "probe" not in svc:
-                        victim = node
+            for t in running_points(machines.c):
+                victim = machines.c.nodes.get(t["NodeID"]).attrs["Description"]["Hostname"]
             time.sleep(0.5)
         assert victim is not None, "the point never ran"
         time.sleep(5)  # well inside its run
@@ -144,6 +158,4 @@ def test_a_machine_killed_mid_point_has_its_point_run_elsewhere(machines, tmp_pa
     assert "again elsewhere" in stderr and victim in stderr
     assert json.loads((out / "runs" / "000-s7" / "summary.json").read_text())["status"] == "ok"
     print(f"recovered in {recovered:.0f} s")
-    for name in machines.names():
-        if name != victim:
-            assert machines.leftovers(name) == {"containers": "", "netns": "", "links": ""}, name
+    nothing_left(machines, [n for n in machines.names() if n != victim])
