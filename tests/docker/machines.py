@@ -20,7 +20,7 @@ from typing import Any
 
 import docker
 
-from testbed.images import cache_dir
+from testbed.images import cache_dir, ensure_node_image
 
 LABEL = "testbed.machine"
 
@@ -56,6 +56,7 @@ class Machines:
         try:
             self.manager_id = self.c.info()["Swarm"]["NodeID"]
             token = self.c.swarm.attrs["JoinTokens"]["Worker"]
+            ensure_node_image(self.c, progress=lambda _m: None)  # the base comes with it
             image = base_image(self.c)
             for name in self.names():
                 self.containers[name] = self._start(name, image)
