@@ -20,7 +20,7 @@ from typing import Any
 
 import docker
 
-from testbed.images import cache_dir, ensure_node_image
+from testbed.images import base_tag, cache_dir, ensure_node_image
 
 LABEL = "testbed.machine"
 
@@ -31,11 +31,10 @@ def docker0_address() -> str:
     return out.split()[3].split("/")[0]
 
 
-def base_image(c: Any) -> str:
-    images = sorted((t for img in c.images.list("testbed-base") for t in img.tags), reverse=True)
-    if not images:
-        raise RuntimeError("no testbed-base image: `testbed images build` makes it")
-    return images[0]
+def base_image() -> str:
+    """The base image of this checkout (its tag hashes the debootstrap recipe); built with the
+    node image (Machines.__enter__)."""
+    return base_tag()
 
 
 class Machines:
@@ -57,7 +56,7 @@ class Machines:
             self.manager_id = self.c.info()["Swarm"]["NodeID"]
             token = self.c.swarm.attrs["JoinTokens"]["Worker"]
             ensure_node_image(self.c, progress=lambda _m: None)  # the base comes with it
-            image = base_image(self.c)
+            image = base_image()
             for name in self.names():
                 self.containers[name] = self._start(name, image)
             for name in self.names():
@@ -78,19 +77,22 @@ class Machines:
         data.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(docker.errors.NotFound):
             self.c.containers.get(name).remove(force=True)
-        return self.c.containers.run(
-            image,
-            ["dockerd", "--host", "unix:///run/docker.sock",
+        # the CLI, not the SDK: the engine API has no security option for system paths (the
+        # CLI's systempaths=unconfined empties MaskedPaths/ReadonlyPaths), which a nested
+        # engine needs to write /proc/sys
+        subprocess.run(
+            ["docker", "run", "--detach", "--name", name, "--hostname", name,
+             "--label", f"{LABEL}={name}",
+             "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+             "--security-opt", "seccomp=unconfined", "--security-opt", "systempaths=unconfined",
+             "-v", "/usr:/usr:ro", "-v", "/etc/alternatives:/etc/alternatives:ro",
+             "-v", f"{data}:/var/lib/docker:rw", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+             "--tmpfs", "/run", image,
+             "dockerd", "--host", "unix:///run/docker.sock",
              "--insecure-registry", f"{self.address}:5000", "--storage-driver", "overlay2"],
-            name=name, hostname=name, detach=True, labels={LABEL: name},
-            cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
-            security_opt=["seccomp=unconfined", "systempaths=unconfined"],
-            volumes={"/usr": {"bind": "/usr", "mode": "ro"},
-                     "/etc/alternatives": {"bind": "/etc/alternatives", "mode": "ro"},
-                     str(data): {"bind": "/var/lib/docker", "mode": "rw"},
-                     "/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"}},
-            tmpfs={"/run": ""},
+            capture_output=True, text=True, check=True, timeout=120,
         )  # fmt: skip
+        return self.c.containers.get(name)
 
     def engine(self, name: str, *args: str, check: bool = True) -> str:
         """`docker ARGS` against machine `name`'s own engine."""

@@ -72,13 +72,24 @@ def test_fabric_links_carry_what_each_job_put_there(tenants):
         assert fabric >= 0.9 * sent, (job, sent, fabric)
         other = "job-b" if job == "job-a" else "job-a"
         assert class_bytes(summary, host, "up", other) < 0.01 * sent  # the other job's: none
-    # each job's bytes on the wire: 2 (1 - 1/4) × 1 MB per worker per iteration
+    # each job's bytes on the wire, over the whole run (the counters' totals): every finished
+    # iteration put 2 (1 - 1/4) × the 1 MB model on each worker's uplink, in full frames.
+    # Beyond those frames the class carries only small packets (ACKs, and for Horovod its
+    # per-cycle negotiation, which grows with time, not iterations); the other tenants' data
+    # leaking in would come in full frames and push their mean far up (as in
+    # tests/docker/test_docker_runtime.py).
     for job, host in (("job-a", "h1"), ("job-b", "h2")):
-        j = summary[job]
-        per_iteration = 2 * (1 - 1 / 4) * 1e6
-        span = summary["window"]["span_s"]
-        expected = per_iteration * span / j["iteration_time_s"]["mean"]
-        assert class_bytes(summary, host, "up", job) == pytest.approx(expected, rel=0.25), job
+        sent = summary[job]["iterations_per_worker"][host] * 2 * (1 - 1 / 4) * 1e6
+        data = class_bytes(summary, host, "up", job)
+        assert data >= sent, (job, data, sent)
+        frames = sent / 1448
+        packets = sum(
+            x["classes"][job]["packets"]
+            for x in summary["links"]
+            if x["node"] == host and x["direction"] == "up"
+        )
+        rest = (data - frames * 1514) / max(1.0, packets - frames)
+        assert rest < 300, f"{job}: {rest:.0f} B per packet beyond the ring's frames"
 
 
 def test_prometheus_report_and_plots_show_each_tenant(tenants):
@@ -95,7 +106,7 @@ def test_prometheus_report_and_plots_show_each_tenant(tenants):
             assert float(n[0]["value"][1]) == sum(summary[job]["iterations_per_worker"].values())
     r = run_cli("report", str(out), "--json", timeout=180)
     assert r.returncode == 0, r.stderr
-    described = json.loads(r.stdout)["workloads"]
+    described = json.loads(r.stdout)["runs"][0]["workloads"]
     assert {n: d["kind"] for n, d in described.items()} == TENANTS
     plots = {p.name for p in Path(out, "plots").glob("*.png")}
     assert {"iterations-job-a.png", "iterations-job-b.png", "fct_cdf-web.png",
