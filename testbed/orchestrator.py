@@ -405,13 +405,14 @@ def _live(
                 stop.check()
             t_ready = _wait_ready(workloads, metrics, ui, stop, rt)
             # no process polls a go file without workloads: the window opens at once
-            window = s.timeline(time.time() + (START_MARGIN_S if workloads else 0.0))
+            margin = START_MARGIN_S if workloads else 0.0
+            window = s.timeline(time.time() + margin)
             for w in workloads:
                 w.go(window)
             state.set_phase("running")  # every workload process exists and has its t0
             log.info(
                 "workloads ready in %.1f s; t0 in %.1f s, measured window [%.1f s, %.1f s] of %.1f s",
-                t_ready, START_MARGIN_S, window.warmup, window.duration - window.cooldown, s.duration,
+                t_ready, margin, window.warmup, window.duration - window.cooldown, s.duration,
             )  # fmt: skip
             ui.phase("running")
             *snaps, host_cpu = _run_window(s, window, workloads, metrics, rt, plans, ui, stop)

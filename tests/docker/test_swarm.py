@@ -77,6 +77,40 @@ def nothing_left(m: Machines, alive: list[str] | None = None, within_s: float = 
         time.sleep(1)
 
 
+def test_an_engine_in_no_swarm_is_refused_in_one_line(tmp_path):
+    """First in the file, before the machines fixture makes this engine a manager."""
+    import docker
+
+    if (docker.from_env().info().get("Swarm") or {}).get("LocalNodeState") == "active":
+        pytest.fail("this engine is in a swarm already: the tests make their own")
+    r = sweep(str(write_sweep(tmp_path, [1])), "--swarm", "--out", str(tmp_path / "out"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not in a swarm" in lines[0] and "docker swarm init" in lines[0]
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_swarm_with_no_node_that_can_run_points_is_refused(machines, tmp_path):
+    """Every node drained (the manager is already): one line, exit 1, no service started."""
+    drained = []
+    try:
+        for n in machines.c.nodes.list():
+            spec = n.attrs["Spec"]
+            if spec.get("Availability") == "active":
+                n.update({**spec, "Availability": "drain"})
+                drained.append(n.id)
+        r = sweep(str(write_sweep(tmp_path, [1])), "--swarm", "--out", str(tmp_path / "out"))
+        assert r.returncode == 1, r.stdout + r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert machines.c.services.list(filters={"label": "testbed.sweep"}) == []
+        assert not (tmp_path / "out").exists()
+    finally:
+        for node_id in drained:
+            n = machines.c.nodes.get(node_id)
+            n.update({**n.attrs["Spec"], "Availability": "active"})
+
+
 def test_a_sweep_spreads_over_the_machines_and_reports_as_a_local_one(machines, tmp_path):
     f = write_sweep(tmp_path, [1, 2, 3, 4])
     r = sweep(str(f), "--swarm", "--out", str(tmp_path / "swarm"))
