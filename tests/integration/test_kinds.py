@@ -67,6 +67,9 @@ def ensemble_run(tmp_path, **cfg):
          ["h1", "h2"], ["h3", "h4"]),
         ({"pattern": "single-broadcast", "preprocessors": 2}, 16 / (5 * BLOCK * 8 / LINK),
          ["h1", "h2"], ["h3", "h4"]),
+        # p = n: the leader forwards to no one, and the pattern moves what all-shared moves
+        ({"pattern": "single-broadcast", "preprocessors": 4}, 32 / (3 * BLOCK * 8 / LINK),
+         ["h1", "h2", "h3", "h4"], []),
         ({"pattern": "duplicated", "storage": "h5"}, 8 / (4 * RAW * 8 / LINK),
          ["h5"], ["h1", "h2", "h3", "h4"]),
     ],

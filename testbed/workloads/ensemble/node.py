@@ -167,7 +167,6 @@ class Node:
         if self.host in models:
             expected = 1 if pattern == "duplicated" else len(pre)
             self.model = Model(self, expected, cfg["images_per_round"])
-            self.model.leads = self.host == cfg.get("leader")
         # where this host's preprocessed blocks go, and (leader) whom it forwards to
         self.targets: list[str] = []
         if self.host in pre and pattern in ("all-shared", "multi-broadcast"):
@@ -175,8 +174,12 @@ class Node:
         elif self.host in pre and pattern == "single-broadcast":
             self.targets = [p for p in pre if p != self.host]
         self.downstream = (
-            [m for m in models if m not in pre] if self.model and self.model.leads else []
+            [m for m in models if m not in pre] if self.host == cfg.get("leader") else []
         )
+        if self.model is not None:
+            # a leader with no one to forward to (p = n) must not wait for its forwarding:
+            # nothing would advance it, and its stream would stall the round after prefetch
+            self.model.leads = bool(self.downstream)
         self.readers: list[str] = []
         if self.host == cfg.get("storage"):
             self.readers = models if pattern == "duplicated" else pre

@@ -1,0 +1,84 @@
+"""The table and plot of docs/results/ensemble.md, from an ensemble-peak sweep folder:
+
+    .venv/bin/python docs/results/ensemble_figures.py runs/ensemble-peak
+
+Prints a markdown table (per network, pattern and n: the mean image rate per model, its two
+limits and the share of the limit reached) and writes ensemble-peak.png beside this file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+PATTERNS = ("duplicated", "all-shared", "single-broadcast", "multi-broadcast")
+
+
+def rows(sweep: Path) -> list[dict]:
+    out = []
+    for p in sorted((sweep / "runs").iterdir()):
+        f = p / "summary.json"
+        if not f.is_file():
+            continue
+        s = json.loads(f.read_text())
+        if s.get("status") != "ok":
+            continue
+        e = s["ensemble"]
+        out.append({
+            "network": "10gbit" if s["time_scale"] >= 100 else "1gbit",
+            "pattern": e["pattern"], "n": e["models"], "p": e["preprocessors"],
+            "rate": e["image_rate"]["mean"], "min": e["image_rate"]["min"],
+            "pre": e["limits"]["preprocess"], "net": e["limits"]["network"],
+            "limit": e["limits"]["limit"], "link": e["limits"].get("busiest_link"),
+            "wait": e["wait_share"]["mean"], "per_image": e["bytes_sent"]["per_image"],
+        })  # fmt: skip
+    return out
+
+
+def table(rs: list[dict]) -> str:
+    lines = [
+        "| network | pattern | n | p | images/s per model (min) | preprocessing limit | "
+        "network limit (busiest link) | of the limit | bytes sent per image |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rs, key=lambda r: (r["network"], PATTERNS.index(r["pattern"]), r["n"])):
+        lines.append(
+            f"| {r['network']} | {r['pattern']} | {r['n']} | {r['p']} | {r['rate']:.0f} "
+            f"({r['min']:.0f}) | {r['pre']:.0f} | {r['net']:.0f} ({r['link']}) | "
+            f"{r['rate'] / r['limit']:.0%} | {r['per_image']:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rs: list[dict], path: Path) -> None:
+    nets = sorted({r["network"] for r in rs})
+    fig, axes = plt.subplots(1, len(nets), figsize=(6 * len(nets), 4.2), squeeze=False)
+    for ax, net in zip(axes[0], nets, strict=True):
+        for i, pat in enumerate(PATTERNS):
+            pts = sorted((r["n"], r["rate"], r["limit"]) for r in rs
+                         if r["network"] == net and r["pattern"] == pat)  # fmt: skip
+            if not pts:
+                continue
+            n, rate, limit = zip(*pts, strict=True)
+            color = f"C{i}"
+            ax.plot(n, rate, "o-", color=color, label=f"{pat}: measured")
+            ax.plot(n, limit, "--", color=color, alpha=0.6, label=f"{pat}: limit")
+        ax.set_title(f"{net} network: images/s per model")
+        ax.set_xlabel("models n")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("images/s per model (scenario time)")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    rs = rows(Path(sys.argv[1]))
+    print(table(rs))
+    plot(rs, Path(__file__).with_name("ensemble-peak.png"))
