@@ -26,9 +26,10 @@ def rows(sweep: Path) -> list[dict]:
         if not f.is_file():
             continue
         s = json.loads(f.read_text())
-        if s.get("status") != "ok":
+        e = s.get("ensemble") or {}
+        if s.get("status") != "ok" or e.get("image_rate", {}).get("mean") is None:
+            print(f"skipped {p.name}: status {s.get('status')}, no image rate", file=sys.stderr)
             continue
-        e = s["ensemble"]
         out.append({
             "network": "10gbit" if s["time_scale"] >= 100 else "1gbit",
             "pattern": e["pattern"], "n": e["models"], "p": e["preprocessors"],
