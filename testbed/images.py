@@ -247,7 +247,7 @@ def wheel_files(fetch: bool = True, progress: Progress = print) -> list[Path]:
     return sorted(out, key=lambda p: p.name)
 
 
-def _file_sha256(p: Path) -> str:
+def file_sha256(p: Path) -> str:
     h = hashlib.sha256()
     with open(p, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -267,7 +267,7 @@ def wheel_sha256(p: Path) -> str:
     key, stamp = str(p.resolve()), [st.st_size, st.st_mtime_ns, st.st_ino]
     if key in known and known[key][:3] == stamp:
         return str(known[key][3])
-    digest = _file_sha256(p)
+    digest = file_sha256(p)
     known[key] = [*stamp, digest]
     with contextlib.suppress(OSError):
         book.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import EnvironmentProblem
-from testbed.images import cache_dir, ensure_node_image
+from testbed.images import cache_dir, ensure_node_image, file_sha256
 from testbed.stopping import checkpoint
 
 PORT = 5000
@@ -42,14 +42,6 @@ LABEL testbed.image=runner
 """
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def runner_image(c: Any, progress: Callable[[str], None]) -> str:
     """The runner image's tag, built when missing."""
     prometheus = shutil.which("prometheus")
@@ -57,7 +49,7 @@ def runner_image(c: Any, progress: Callable[[str], None]) -> str:
         raise EnvironmentProblem("--swarm: the prometheus binary is missing; run bash install.sh")
     node = ensure_node_image(c, progress=progress)
     digest = hashlib.sha256(
-        f"{node}\n{_sha(Path(prometheus))}\n{RUNNER_DOCKERFILE}".encode()
+        f"{node}\n{file_sha256(Path(prometheus))}\n{RUNNER_DOCKERFILE}".encode()
     ).hexdigest()
     tag = f"testbed-runner:{digest[:12]}"
     with contextlib.suppress(Exception):
