@@ -910,6 +910,12 @@ def down(force: bool, run_ids: tuple[str, ...]) -> None:
             )
         finally:
             lock.release(unlink=not st.path.exists())
+            # the guardian lets go of the lock a moment before its process ends
+            if not st.wait_for_guardian(timeout=10):
+                click.echo(
+                    f"run {st.run_id}: its guardian (pid {st.guardian_pid}) is still running",
+                    err=True,
+                )
     # What a runtime finds by its own labels (containers carry their run id): a run whose
     # state file is gone still has those found, and only those testbed labelled.
     for kind in runtimes.RUNTIMES.values():

@@ -115,6 +115,30 @@ class RunState:
         """Is the orchestrator that owns this run still running?"""
         return self.pid_start is not None and proc_start_time(self.pid) == self.pid_start
 
+    def guardian_running(self) -> bool:
+        """Is this run's guardian process still there (not a zombie)? Checked by its command
+        line, so a reused pid is not mistaken for it."""
+        if self.guardian_pid is None:
+            return False
+        try:
+            cmd = Path(f"/proc/{self.guardian_pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{self.guardian_pid}/stat").read_text()
+        except OSError:
+            return False
+        ours = b"testbed.guardian\0" + self.run_id.encode() + b"\0" in cmd
+        return ours and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+    def wait_for_guardian(self, timeout: float = 10.0) -> bool:
+        """Wait until the guardian has exited: it releases the run's lock a moment before its
+        process ends, and `testbed down` promises that nothing of the run is left when it
+        returns. False: still there after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.guardian_running():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
     def same_run(self, other: RunState) -> bool:
         """The same run (a reused id names a different one)."""
         return (self.pid, self.pid_start, self.started_at) == (

@@ -1,0 +1,55 @@
+"""`testbed down` returns only once the run's guardian process has ended: the guardian lets go
+of the run's lock a moment before it exits, and a check right after `down` (a user's `ps`, the
+suite's leftover check) must not find it. The stand-in processes carry a guardian's command-line
+tail, which is what RunState matches on (a reused pid is not a guardian of this run)."""
+
+import subprocess
+import sys
+import time
+
+from testbed.state import RunState
+
+
+def _stand_in(run_id: str, seconds: float) -> subprocess.Popen[bytes]:
+    code = f"import time; time.sleep({seconds})"
+    return subprocess.Popen([sys.executable, "-c", code, "testbed.guardian", run_id, "1", "2"])
+
+
+def _state(run_id: str, pid: int | None) -> RunState:
+    return RunState(run_id=run_id, scenario="s", out_dir="/nonexistent", guardian_pid=pid)
+
+
+def test_down_waits_until_the_guardian_has_exited() -> None:
+    p = _stand_in("a1b2c3", 0.6)
+    st = _state("a1b2c3", p.pid)
+    try:
+        assert st.guardian_running()
+        t0 = time.monotonic()
+        assert st.wait_for_guardian(timeout=5)  # an exited, unreaped guardian (zombie) is gone
+        assert 0.3 < time.monotonic() - t0 < 5
+        assert not st.guardian_running()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_guardian_that_does_not_end_is_reported() -> None:
+    p = _stand_in("d4e5f6", 30)
+    try:
+        t0 = time.monotonic()
+        assert not _state("d4e5f6", p.pid).wait_for_guardian(timeout=0.3)
+        assert time.monotonic() - t0 >= 0.3
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_another_runs_guardian_or_a_reused_pid_is_not_waited_for() -> None:
+    p = _stand_in("d4e5f6", 30)
+    try:
+        assert not _state("0a0b0c", p.pid).guardian_running()
+        assert _state("0a0b0c", p.pid).wait_for_guardian(timeout=5)
+        assert _state("0a0b0c", None).wait_for_guardian(timeout=5)  # a run before its guardian
+    finally:
+        p.kill()
+        p.wait()
