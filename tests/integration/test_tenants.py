@@ -13,6 +13,7 @@ import pytest
 from testbed.metrics.prometheus import query
 from testbed.resolve import load_scenario, with_overrides
 from testbed.workloads.training.predict import for_instance
+from tests.bounds import rate_at_least
 from tests.needs import need, need_binary
 
 from .helpers import ROOT, reopened_tsdb, run_cli
@@ -46,7 +47,10 @@ def test_every_tenant_has_its_own_section_and_physics_holds(tenants):
     assert summary["status"] == "ok" and summary["workloads"] == TENANTS
     for job in ("job-a", "job-b"):
         j = summary[job]
-        assert j["workers"] == 4 and j["iterations_measured"] >= 4, (job, j)
+        assert j["workers"] == 4 and j["iterations_measured"] >= 1, (job, j)
+        # at least 4 iterations in the 18 s window (job-a predicts 1.92 s each, job-b 0.48 s):
+        # a rate, which the hypervisor's steal can excuse (32 % in one CI run: 3 of job-a's)
+        rate_at_least(j["iterations_measured"], 4, summary, f"{job}'s iterations in the window")
         assert j["min_iteration_over_compute"] >= 1.0, job  # no iteration beats its compute
         assert j["bottleneck_bps"] == 50e6  # every ring step crosses the fabric
     assert summary["web"]["flows_over_link_rate"] == 0 and summary["web"]["flows_measured"] > 20

@@ -6,13 +6,21 @@ tail, which is what RunState matches on (a reused pid is not a guardian of this 
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from testbed.state import RunState
 
 
 def _stand_in(run_id: str, seconds: float) -> subprocess.Popen[bytes]:
+    """A process with a guardian's command-line tail, once it has exec'd (until then its
+    /proc cmdline is the test's own)."""
     code = f"import time; time.sleep({seconds})"
-    return subprocess.Popen([sys.executable, "-c", code, "testbed.guardian", run_id, "1", "2"])
+    p = subprocess.Popen([sys.executable, "-c", code, "testbed.guardian", run_id, "1", "2"])
+    deadline = time.monotonic() + 10
+    while b"testbed.guardian" not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the stand-in did not start"
+        time.sleep(0.01)
+    return p
 
 
 def _state(run_id: str, pid: int | None) -> RunState:
