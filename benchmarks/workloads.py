@@ -21,8 +21,8 @@ JSON line:
   iterations            iterations measured in the two Horovod runs together
   ddp_compute_bound_overhead, ddp_compute_bound_error, ddp_network_bound_error
                         the same checks with backend: torch-ddp (torch.distributed over
-                        gloo, DDP's buckets of bucket_cap = Horovod's fusion buffer in the
-                        prediction; DDP's first bucket is 1 MiB, which the model leaves out)
+                        gloo; bucket_cap 5 MB; the prediction models DDP's own buckets, the
+                        first at most 1 MiB)
 
 Run as root: `.venv/bin/python benchmarks/workloads.py [--quick]`.
 """
@@ -54,8 +54,8 @@ def horovod(
     rate: str, compute: str, model_size: str, duration: str, backend: str = "horovod"
 ) -> tuple[float, float, int, Any]:
     job: dict[str, Any] = {"model_size": model_size, "compute_time": compute, "barrier": True}
-    if backend == "torch-ddp":  # DDP's bucket cap as the fusion buffer the model assumes
-        job.update(backend=backend, bucket_cap="5MB", fusion_threshold="5MB")
+    if backend == "torch-ddp":  # buckets the size of Horovod's fusion buffer in the other runs
+        job.update(backend=backend, bucket_cap="5MB")
     data = {
         "duration": duration,
         "topology": {"hosts": 2, "link_rate": rate},

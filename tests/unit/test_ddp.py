@@ -7,8 +7,8 @@ import pytest
 from testbed import preflight
 from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.resolve import load_scenario_data
-from testbed.workloads.training.ddp_worker import buckets_for
 from testbed.workloads.training.gpus import gpu_assignment
+from testbed.workloads.training.models import buckets_for
 from tests.needs import need
 
 MiB = 2**20

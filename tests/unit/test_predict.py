@@ -100,3 +100,40 @@ def test_the_ring_gets_more_of_the_link_with_jumbo_frames():
     jumbo = for_scenario(load_scenario_data(data, "s.yaml"))
     assert jumbo["efficiency"] == pytest.approx(17896 / 18094)
     assert jumbo["iteration_s"] < small["iteration_s"]
+
+
+def test_ddp_is_modelled_with_its_own_buckets_not_horovods_fusion():
+    """A 1 MB model fits DDP's first bucket (1 MiB): its one allreduce starts when backward
+    has ended, so the iteration is compute + the ring time of the whole model, by hand
+    2 (1 − 1/2) · 1e6 B · 8 / (100 Mbit/s · 2896/3094) = 85.47 ms. Horovod's dynamic fusion
+    starts reducing during backward and ends sooner. (The model used Horovod's schedule for
+    DDP too, 1.6× under what the DDP workers measured in examples/multi-tenant-alone.yaml.)"""
+    from testbed.resolve import load_scenario_data
+    from testbed.workloads.training.predict import for_scenario
+
+    def predicted(kind: str) -> dict:
+        job = {"kind": kind, "model_size": "1MB", "compute_time": "200ms"}
+        data = {"name": "j", "topology": {"hosts": 2, "link_rate": "100mbit"},
+                "workloads": {"job": job}}  # fmt: skip
+        return for_scenario(load_scenario_data(data, "s.yaml"))
+
+    ddp, hvd = predicted("torch-ddp"), predicted("horovod")
+    ring = 2 * (1 - 1 / 2) * ddp["model_bytes"] * 8 / (100e6 * 2896 / 3094)
+    assert ring == pytest.approx(0.08547, rel=1e-3)
+    assert ddp["iteration_s"] == pytest.approx(0.200 + ring, rel=1e-5)
+    assert hvd["iteration_s"] < ddp["iteration_s"] - 0.01  # overlap with backward
+
+
+def test_ddp_buckets_overlap_backward_when_the_model_has_several():
+    """A bucket is reduced as soon as backward reaches its lowest layer: with buckets of
+    1 MiB, a 20 MB model starts its ring long before backward ends, so the iteration is
+    shorter than compute + ring, and never shorter than either alone."""
+    from testbed.resolve import load_scenario_data
+    from testbed.workloads.training.predict import for_scenario
+
+    job = {"kind": "torch-ddp", "model_size": "20MB", "compute_time": "2s", "bucket_cap": "1MiB"}
+    data = {"name": "j", "topology": {"hosts": 2, "link_rate": "100mbit"},
+            "workloads": {"job": job}}  # fmt: skip
+    p = for_scenario(load_scenario_data(data, "s.yaml"))
+    ring = 2 * (1 - 1 / 2) * p["model_bytes"] * 8 / (100e6 * 2896 / 3094)
+    assert max(2.0, ring) < p["iteration_s"] < 2.0 + ring - 0.5

@@ -41,28 +41,7 @@ from testbed.workloads.training.horovod_worker import (
     install_stop_signals,
     real_model,
 )
-
-FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
-
-
-def buckets_for(params: list[int], cap_bytes: int) -> list[list[int]]:
-    """DDP's bucketing of layers (given input to output): reverse order, float32 sizes, the
-    first bucket capped at 1 MiB (or `cap_bytes` if smaller), the rest at `cap_bytes`; a layer
-    larger than the cap gets a bucket of its own. Returns layer indices per bucket."""
-    out: list[list[int]] = []
-    current: list[int] = []
-    size = 0
-    for j in range(len(params) - 1, -1, -1):
-        cap = min(FIRST_BUCKET_BYTES, cap_bytes) if not out else cap_bytes
-        nbytes = 4 * int(params[j])
-        if current and size + nbytes > cap:
-            out.append(current)
-            current, size = [], 0
-        current.append(j)
-        size += nbytes
-    if current:
-        out.append(current)
-    return out
+from testbed.workloads.training.models import buckets_for
 
 
 class StopVote:

@@ -18,6 +18,30 @@ from pathlib import Path
 
 BYTES_PER_PARAM = 4  # float32 gradients
 
+FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+
+
+def buckets_for(params: list[int], cap_bytes: int) -> list[list[int]]:
+    """DistributedDataParallel's bucketing of layers (given input to output, in float32
+    parameters): reverse order, the first bucket capped at 1 MiB (or `cap_bytes` if smaller),
+    the rest at `cap_bytes`; a layer larger than the cap gets a bucket of its own. Returns
+    layer indices per bucket. The synthetic DDP worker reduces these buckets, and `testbed
+    predict` models them."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for j in range(len(params) - 1, -1, -1):
+        cap = min(FIRST_BUCKET_BYTES, cap_bytes) if not out else cap_bytes
+        nbytes = BYTES_PER_PARAM * int(params[j])
+        if current and size + nbytes > cap:
+            out.append(current)
+            current, size = [], 0
+        current.append(j)
+        size += nbytes
+    if current:
+        out.append(current)
+    return out
+
 
 @dataclass(frozen=True)
 class Layer:

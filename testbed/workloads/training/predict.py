@@ -19,6 +19,10 @@ Fusion:
 - static (the thesis' simulator): buffers are fixed up front, layers 0 → L-1 greedily while the
   sum stays below the threshold, the last layer alone; a buffer is ready when its lowest layer
   is (backward reaches it last).
+- buckets (torch DistributedDataParallel): fixed groups given up front (models.buckets_for:
+  output → input, the first at most 1 MiB, the rest at most bucket_cap), each ready when its
+  lowest layer is; a model that fits the first bucket is reduced only after its whole
+  backward pass, with nothing to overlap.
 Queue order: fifo (in the order gradients become ready) or priority (lowest layer index first:
 the layers the next forward needs first). Barrier: the next forward waits for every reduction;
 without it, forward of layer j waits only for layer j's own reduction.
@@ -35,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from testbed.workloads.training.models import Layer
+from testbed.workloads.training.models import Layer, buckets_for
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
@@ -66,9 +70,10 @@ class Network:
 @dataclass(frozen=True)
 class Schedule:
     fusion_bytes: float
-    fusion: Literal["dynamic", "static"] = "dynamic"
+    fusion: Literal["dynamic", "static", "buckets"] = "dynamic"
     queue: Literal["fifo", "priority"] = "fifo"
     barrier: bool = True
+    buckets: tuple[tuple[int, ...], ...] = ()  # fusion "buckets": the fixed layer groups
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,8 @@ def _reduce(
     key = (lambda j: j) if sched.queue == "priority" else (lambda j: (ready[j], -j))
     if sched.fusion == "static":
         units = [tuple(b) for b in static_buffers(layers, sched.fusion_bytes)]
+    elif sched.fusion == "buckets":
+        units = list(sched.buckets)
     else:
         units = [(j,) for j in range(len(layers))]
     unit_ready = {u: max(ready[j] for j in u) for u in units}
@@ -209,7 +216,8 @@ def for_scenario(s: Scenario) -> dict[str, Any]:
 
 def for_instance(name: str, s: Scenario) -> dict[str, Any]:
     """What the model says of training instance `name`, alone on the network: the iteration
-    time as Horovod runs it (dynamic fusion, FIFO, the scenario's barrier), the same with a
+    time as Horovod runs it (dynamic fusion, FIFO, the scenario's barrier; torch-ddp: DDP's
+    buckets), the same with a
     priority queue and with the barrier toggled, and the thesis' derived quantities. The
     ring runs at its path's bottleneck (paths.ring_bottleneck: the fabric, where consecutive
     ranks sit on different leaves of an oversubscribed leaf-spine)."""
@@ -233,10 +241,15 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
     hops = 4 if crosses else 2
     net = Network(n, rate, ack_efficiency(s.topology.mtu), step_latency_s=hops * s.topology.delay)
     layers = layers_for(h)
+    if h.backend == "torch-ddp":  # DDP's own buckets, not Horovod's fusion
+        groups = tuple(tuple(b) for b in buckets_for([x.params for x in layers], h.bucket_cap))
+        fusion: Any = {"fusion_bytes": h.bucket_cap, "fusion": "buckets", "buckets": groups}
+    else:
+        fusion = {"fusion_bytes": h.fusion_threshold, "fusion": "dynamic"}
     variants = {}
     for queue in ("fifo", "priority"):
         for barrier in (True, False):
-            p = simulate(layers, net, Schedule(h.fusion_threshold, "dynamic", queue, barrier))
+            p = simulate(layers, net, Schedule(queue=queue, barrier=barrier, **fusion))
             variants[f"{queue}{'' if barrier else '-nobarrier'}"] = p.iteration_s
     it = variants[f"fifo{'' if h.barrier else '-nobarrier'}"]
     return {
