@@ -503,12 +503,9 @@ class DockerKind:
     def shell(self, prompt: str) -> list[str]:
         return ["env", f"PS1={prompt}", "bash", "--norc", "-i"]
 
-    def gpu_stack(self, s: Any, horovod: bool) -> str | None:
-        """Why the hosts' containers cannot train on GPUs, or None. A user's own image is
-        trusted; the default one installs this machine's torch and its CPU-only Horovod."""
+    def gpu_access(self, s: Any) -> str | None:
+        """Why the hosts' containers cannot be given GPUs, or None."""
         import shutil
-
-        from testbed import preflight
 
         toolkit = ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-runtime")
         if not any(shutil.which(b) for b in toolkit):
@@ -517,20 +514,12 @@ class DockerKind:
                 "(apt-get install nvidia-container-toolkit), run `nvidia-ctk runtime configure "
                 "--runtime=docker` and restart dockerd"
             )
-        if s.docker.image is not None:
-            return None
-        if preflight.torch_has_cuda() is False:
-            return (
-                "the default node image installs this machine's torch, a CPU-only build (no "
-                "libtorch_cuda); install a CUDA build into .venv, or name a GPU image in "
-                "docker.image (images/Dockerfile.gpu)"
-            )
-        if horovod:
-            return (
-                "the default node image's Horovod is built without NCCL; build "
-                "images/Dockerfile.gpu and name it in docker.image, or use backend: torch-ddp"
-            )
         return None
+
+    def node_python(self, s: Any) -> str:
+        """A user's image brings its own torch; the default one this machine's torch and a
+        Horovod built without NCCL (images/Dockerfile.gpu is the GPU image)."""
+        return "own image" if s.docker.image is not None else "default image"
 
     def orphans(self) -> dict[str, list[str]]:
         return (

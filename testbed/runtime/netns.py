@@ -366,23 +366,12 @@ class NetnsKind:
             return ["env", f"PS1={prompt}", shell, "--norc", "-i"]
         return [shell, "-i"]
 
-    def gpu_stack(self, s: Any, horovod: bool) -> str | None:
-        """Why the hosts' Python (this machine's .venv) cannot train on GPUs, or None."""
-        from testbed import preflight
-
-        if preflight.torch_has_cuda() is False:
-            return (
-                "the installed torch is a CPU-only build (no libtorch_cuda); install a CUDA "
-                "build into .venv (.venv/bin/pip install torch --index-url "
-                "https://download.pytorch.org/whl/cu130, the CUDA of your driver), or leave gpus out"
-            )
-        if horovod and not preflight.horovod_has_nccl():
-            return (
-                "the installed Horovod is built without NCCL (CPU only); build the GPU wheel with "
-                "`bash scripts/build-horovod.sh --gpu` and install it into .venv, or use "
-                "backend: torch-ddp"
-            )
+    def gpu_access(self, s: Any) -> str | None:
+        """A namespace sees this machine's devices: nothing stands between a host and a GPU."""
         return None
+
+    def node_python(self, s: Any) -> str:
+        return "this machine"  # the hosts run this checkout's .venv
 
     def orphans(self) -> dict[str, list[str]]:
         """Nothing of a namespace outlives its state file unrecorded."""

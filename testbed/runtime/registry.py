@@ -28,7 +28,8 @@ class RuntimeKind(Protocol):
         self, st: RunState, host: dict[str, Any], command: list[str], tty: bool
     ) -> list[str]: ...
     def shell(self, prompt: str) -> list[str]: ...
-    def gpu_stack(self, s: Any, horovod: bool) -> str | None: ...  # why no GPU training
+    def gpu_access(self, s: Any) -> str | None: ...  # why the hosts cannot reach GPUs
+    def node_python(self, s: Any) -> str: ...  # "this machine", "default image", "own image"
     def orphans(self) -> dict[str, list[str]]: ...  # run id → objects found by label only
     def remove_orphans(self, run_id: str) -> list[str]: ...
 

@@ -71,7 +71,43 @@ def preflight(name: str, cfg: Any, s: Any) -> list[str]:
             "it: each worker is a host of its own to NCCL); real-mode compute on a shared GPU is "
             "slower than on one of its own"
         )
-    problem = registry.get(s.runtime).gpu_stack(s, horovod=cfg.backend == "horovod")
+    runtime = registry.get(s.runtime)
+    problem = runtime.gpu_access(s) or stack_problem(
+        runtime.node_python(s), horovod=cfg.backend == "horovod"
+    )
     if problem:
         raise EnvironmentProblem(f"{field}: {problem}")
     return warnings
+
+
+def stack_problem(python: str, horovod: bool) -> str | None:
+    """Why the hosts' Python cannot train on GPUs, or None. `python` says whose it is (the
+    runtime's node_python): this machine's .venv, the default node image (this machine's torch,
+    a Horovod built without NCCL), or a user's own image (trusted)."""
+    if python == "own image":
+        return None
+    image = python == "default image"
+    if machine.torch_has_cuda() is False:
+        if image:
+            return (
+                "the default node image installs this machine's torch, a CPU-only build (no "
+                "libtorch_cuda); install a CUDA build into .venv, or name a GPU image in "
+                "docker.image (images/Dockerfile.gpu)"
+            )
+        return (
+            "the installed torch is a CPU-only build (no libtorch_cuda); install a CUDA "
+            "build into .venv (.venv/bin/pip install torch --index-url "
+            "https://download.pytorch.org/whl/cu130, the CUDA of your driver), or leave gpus out"
+        )
+    if horovod and image:
+        return (
+            "the default node image's Horovod is built without NCCL; build "
+            "images/Dockerfile.gpu and name it in docker.image, or use backend: torch-ddp"
+        )
+    if horovod and not machine.horovod_has_nccl():
+        return (
+            "the installed Horovod is built without NCCL (CPU only); build the GPU wheel with "
+            "`bash scripts/build-horovod.sh --gpu` and install it into .venv, or use "
+            "backend: torch-ddp"
+        )
+    return None
