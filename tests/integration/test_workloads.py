@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from testbed.runtime.netns import pids_in
+from testbed.workloads.training.timeline import events, spans
 from tests.bounds import time_at_most
 from tests.needs import need
 
@@ -73,6 +74,37 @@ def test_horovod_runs_without_metrics(tmp_path):
     assert s["status"] == "ok"
     per = s["horovod"]["iterations_per_worker"]
     assert per["h1"] == per["h2"] >= 15
+
+
+def test_timeline_reduces_every_gradient_once_per_iteration(tmp_path):
+    """`timeline: true`: Horovod's own record of the run, checked against the workers'
+    iterations.csv (written by our workers, not by Horovod): ResNet-50's 54 weighted layers
+    (1 stem conv + 16 bottlenecks × 3 convs + 4 downsample convs + fc) are 54 gradients,
+    each negotiated and reduced once per iteration."""
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "5s",
+            "topology": {"hosts": 2, "link_rate": "1gbit"},
+            "workloads": {
+                "horovod": {"model_size": "1MB", "compute_time": "200ms", "timeline": True}
+            },
+        },
+    )
+    assert s["status"] == "ok"
+    tl = spans(events(tmp_path / "run" / "horovod" / "horovod-timeline.json"))
+    grads = {x["tensor"] for x in tl if x["tensor"].startswith("allreduce.grad.")}
+    assert len(grads) == 54, sorted(grads)
+    done = len(rows(tmp_path / "run" / "horovod" / "iterations-h1.csv"))
+    assert done >= 5
+    for g in grads:
+        mine = [x for x in tl if x["tensor"] == g and x["depth"] == 0]
+        reduced = sum(x["name"] == "ALLREDUCE" for x in mine)
+        negotiated = sum(x["name"] == "NEGOTIATE_ALLREDUCE" for x in mine)
+        # the last iteration may be cut by the stop: one more reduction than recorded rows
+        assert done <= reduced <= done + 1 and negotiated == reduced, (g, done, reduced)
+    report = run_cli("report", str(tmp_path / "run"))
+    assert "Horovod timeline (whole run, " in report.stdout
 
 
 def test_real_mode_trains_a_few_steps(tmp_path):

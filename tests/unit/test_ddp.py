@@ -65,6 +65,7 @@ def test_backend_and_bucket_cap_defaults():
         ({"gpus": "some"}, "workloads.horovod.gpus"),
         ({"backend": "torch-ddp", "bucket_cap": 0}, "workloads.horovod.bucket_cap"),
         ({"device": "cuda"}, "workloads.horovod.device"),  # gpus decides the device
+        ({"backend": "torch-ddp", "timeline": True}, "workloads.horovod.timeline"),  # Horovod's
         ({"nccl_sockets_per_thread": 4}, "workloads.horovod.nccl_sockets_per_thread"),
         (
             {"nccl_socket_threads": 16, "nccl_sockets_per_thread": 8},

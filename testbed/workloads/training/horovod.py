@@ -41,6 +41,7 @@ from testbed.workloads.training.gpus import devices
 from testbed.workloads.training.horovod_worker import FIELDS
 from testbed.workloads.training.rendezvous import RendezvousStore
 from testbed.workloads.training.spec import HorovodWorkload, iterations_file, layers_for
+from testbed.workloads.training.timeline import TIMELINE_FILE
 
 log = logging.getLogger(__name__)
 WORKER_MODULE = "testbed.workloads.training.horovod_worker"
@@ -184,6 +185,14 @@ class HorovodJob(Controller):
             "time_scale": self.time_scale,
         }
 
+    def _timeline_env(self) -> dict[str, str]:
+        """Horovod writes the timeline on rank 0 only (every rank's readiness is in it);
+        cycle marks show where a tensor waited for the next background cycle."""
+        return {
+            "HOROVOD_TIMELINE": str(self.dir / TIMELINE_FILE),
+            "HOROVOD_TIMELINE_MARK_CYCLES": "1",
+        }
+
     def _out(self, h: Host) -> Path:
         return self.dir / f"iterations-{h.name}.csv"
 
@@ -207,6 +216,7 @@ class HorovodJob(Controller):
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
             **(nccl_env(self.cfg) if self.on_gpu else {}),
+            **(self._timeline_env() if self.cfg.timeline else {}),
         }
         self._record_backend("nccl" if self.on_gpu else "gloo", base_env)
         by_host = {slot.hostname: slot for slot in self.rdv.slots}

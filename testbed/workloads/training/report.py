@@ -14,6 +14,7 @@ from rich.table import Table
 from testbed.errors import TestbedError
 from testbed.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
 from testbed.workloads.training.spec import iterations_file
+from testbed.workloads.training.timeline import ALLREDUCE, NEGOTIATE, TIMELINE_FILE, phases
 
 KINDS = ("horovod", "torch-ddp")
 COLUMNS = ("iteration_mean_s", "iteration_p99_s", "iterations_measured")  # sweep.csv
@@ -31,8 +32,12 @@ def predicted(run: Run, name: str) -> float | None:
 
 
 def describe(run: Run, name: str, h: dict[str, Any]) -> dict[str, Any]:
-    return {"workers": h["workers"], "iterations": h["iterations"], "class": h.get("class"),
-            "iteration_time_s": h["iteration_time_s"], "predicted_iteration_s": predicted(run, name)}  # fmt: skip
+    out = {"workers": h["workers"], "iterations": h["iterations"], "class": h.get("class"),
+           "iteration_time_s": h["iteration_time_s"], "predicted_iteration_s": predicted(run, name)}  # fmt: skip
+    tl = run.path / name / TIMELINE_FILE
+    if tl.is_file():  # `timeline: true`: the whole run's, warm-up and cool-down included
+        out["timeline"] = phases(tl, run.time_scale)
+    return out
 
 
 def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
@@ -47,6 +52,11 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
         f"iteration time mean {fmt_ms(it['mean'])} ms, p50 {fmt_ms(it['p50'])} ms, "
         f"p99 {fmt_ms(it['p99'])} ms{vs}"
     )
+    tl = h.get("timeline")
+    if tl:
+        top = ", ".join(f"{n} {v['count']}× mean {fmt_ms(v['mean_s'])} ms"
+                        for n, v in tl["spans"].items() if n in (NEGOTIATE, ALLREDUCE))  # fmt: skip
+        out.print(f"  Horovod timeline (whole run, {tl['tensors']} tensors): {top}")
 
 
 def comparable(run: Run, name: str, h: dict[str, Any]) -> dict[str, float | None]:

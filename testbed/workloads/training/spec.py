@@ -134,6 +134,12 @@ class HorovodWorkload(Placed):
     )
     fusion_threshold: Size = Field(5_333_329, ge=0, description="Horovod tensor fusion buffer")
     cycle_time: Duration = Field(0.001, gt=0, description="Horovod background cycle time")
+    timeline: bool = Field(
+        False,
+        description="horovod backend: record rank 0's Horovod timeline (negotiation and "
+        "allreduce of every tensor, every cycle; chrome://tracing) in the instance's folder, "
+        "horovod-timeline.json; its times are this machine's clock, not the scenario's",
+    )
     iterations: int | None = Field(
         None, ge=1, description="stop after this many (default: run for the duration)"
     )
@@ -203,6 +209,12 @@ def resolve(
 
     if w.kind == "torch-ddp" and w.backend != "torch-ddp":
         raise FieldProblem(("backend",), "kind torch-ddp runs torch-ddp; remove backend")
+    if w.backend == "torch-ddp" and w.timeline:
+        raise FieldProblem(
+            ("timeline",),
+            "the timeline is Horovod's; torch-ddp has none (use backend: horovod, or remove "
+            "timeline)",
+        )
     if w.backend == "torch-ddp" and not w.barrier:
         raise FieldProblem(
             ("barrier",),
