@@ -80,7 +80,10 @@ def test_timeline_reduces_every_gradient_once_per_iteration(tmp_path):
     """`timeline: true`: Horovod's own record of the run, checked against the workers'
     iterations.csv (written by our workers, not by Horovod): ResNet-50's 54 weighted layers
     (1 stem conv + 16 bottlenecks × 3 convs + 4 downsample convs + fc) are 54 gradients,
-    each negotiated and reduced once per iteration."""
+    each negotiated and reduced once per iteration. The summary's split of an iteration is held
+    to the wire: its operations move 2 (1 - 1/2) × 1 MB per worker, 1514/1448 of it on the wire,
+    so they cannot take less than 8.36 ms at 1 Gbit/s, and with the coordination they fit in
+    the iteration."""
     s = run_scenario(
         tmp_path,
         {
@@ -103,8 +106,17 @@ def test_timeline_reduces_every_gradient_once_per_iteration(tmp_path):
         negotiated = sum(x["name"] == "NEGOTIATE_ALLREDUCE" for x in mine)
         # the last iteration may be cut by the stop: one more reduction than recorded rows
         assert done <= reduced <= done + 1 and negotiated == reduced, (g, done, reduced)
+    split = s["horovod"]["timeline"]
+    assert split["iterations"] == s["horovod"]["iterations_measured"] >= 3
+    wire_s = 0.99e6 * 1514 / 1448 * 8 / 1e9  # 1 % for the model's rounding to whole floats
+    assert split["operations_s"] >= wire_s, split
+    assert split["operations"] >= 2  # the gradients, fused, and the stop flag
+    assert (
+        split["operations_s"] + split["coordination_s"]
+        <= s["horovod"]["iteration_time_s"]["mean"] * 1.001
+    ), split
     report = run_cli("report", str(tmp_path / "run"))
-    assert "Horovod timeline (whole run, " in report.stdout
+    assert "Horovod timeline, rank 0's" in report.stdout
 
 
 def test_real_mode_trains_a_few_steps(tmp_path):

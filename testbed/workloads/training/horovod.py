@@ -41,7 +41,7 @@ from testbed.workloads.training.gpus import devices
 from testbed.workloads.training.horovod_worker import FIELDS
 from testbed.workloads.training.rendezvous import RendezvousStore
 from testbed.workloads.training.spec import HorovodWorkload, iterations_file, layers_for
-from testbed.workloads.training.timeline import TIMELINE_FILE
+from testbed.workloads.training.timeline import TIMELINE_FILE, breakdown
 
 log = logging.getLogger(__name__)
 WORKER_MODULE = "testbed.workloads.training.horovod_worker"
@@ -346,7 +346,21 @@ class HorovodJob(Controller):
             "dscp": d.dscp,
             "class": d.tc_class,
             "mode": self.cfg.mode,
+            **self._timeline([r for r in inside if int(r["rank"]) == 0]),
         }
+
+    def _timeline(self, rank0: list[dict[str, Any]]) -> dict[str, Any]:
+        """`timeline: true`: rank 0's measured iterations split into Horovod's operations
+        and its coordination (timeline.py says how)."""
+        tl = self.dir / TIMELINE_FILE
+        if not (self.cfg.timeline and tl.is_file()):
+            return {}
+        its = [(float(r["start"]), float(r["end"])) for r in rank0]
+        try:
+            return {"timeline": breakdown(tl, its, self.time_scale)}
+        except (OSError, ValueError) as e:
+            log.warning("%s: the Horovod timeline could not be read (%s)", self.name, e)
+            return {}
 
 
 def _mean(xs: list[float]) -> float | None:

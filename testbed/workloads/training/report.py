@@ -14,7 +14,6 @@ from rich.table import Table
 from testbed.errors import TestbedError
 from testbed.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
 from testbed.workloads.training.spec import iterations_file
-from testbed.workloads.training.timeline import ALLREDUCE, NEGOTIATE, TIMELINE_FILE, phases
 
 KINDS = ("horovod", "torch-ddp")
 COLUMNS = ("iteration_mean_s", "iteration_p99_s", "iterations_measured")  # sweep.csv
@@ -32,12 +31,9 @@ def predicted(run: Run, name: str) -> float | None:
 
 
 def describe(run: Run, name: str, h: dict[str, Any]) -> dict[str, Any]:
-    out = {"workers": h["workers"], "iterations": h["iterations"], "class": h.get("class"),
-           "iteration_time_s": h["iteration_time_s"], "predicted_iteration_s": predicted(run, name)}  # fmt: skip
-    tl = run.path / name / TIMELINE_FILE
-    if tl.is_file():  # `timeline: true`: the whole run's, warm-up and cool-down included
-        out["timeline"] = phases(tl, run.time_scale)
-    return out
+    return {"workers": h["workers"], "iterations": h["iterations"], "class": h.get("class"),
+            "iteration_time_s": h["iteration_time_s"], "predicted_iteration_s": predicted(run, name),
+            "timeline": h.get("timeline")}  # fmt: skip
 
 
 def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
@@ -53,10 +49,14 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
         f"p99 {fmt_ms(it['p99'])} ms{vs}"
     )
     tl = h.get("timeline")
-    if tl:
-        top = ", ".join(f"{n} {v['count']}× mean {fmt_ms(v['mean_s'])} ms"
-                        for n, v in tl["spans"].items() if n in (NEGOTIATE, ALLREDUCE))  # fmt: skip
-        out.print(f"  Horovod timeline (whole run, {tl['tensors']} tensors): {top}")
+    if tl and tl.get("iterations"):
+        c = tl["coordination_per_cycle_s"]
+        out.print(
+            f"  Horovod timeline, rank 0's {tl['iterations']} measured iterations: "
+            f"{fmt_ms(tl['operations_s'])} ms per iteration in {tl['operations']:.1f} operations, "
+            f"{fmt_ms(tl['coordination_s'])} ms coordinating (per cycle mean "
+            f"{fmt_ms(c['mean'])} ms, p99 {fmt_ms(c['p99'])} ms)"
+        )
 
 
 def comparable(run: Run, name: str, h: dict[str, Any]) -> dict[str, float | None]:
