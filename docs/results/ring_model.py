@@ -1,0 +1,164 @@
+"""What Horovod's ring would take under strict priority if the emulation were ideal: a fluid
+model fed with a run's own web-search flows, against what the run's Horovod timeline measured.
+
+    .venv/bin/python docs/results/ring_model.py RUN_FOLDER...     (runs made with timeline: true)
+
+For docs/results/thesis-exact.md. Independent of testbed's code except for reading the run's
+records (flows.csv, summary.json, the timeline through testbed.workloads.training.timeline).
+
+The model, in scenario time on a 1 µs grid:
+- Each link direction (a host's uplink, its downlink) carries the high band's web-search flows:
+  a flow adds its wire bytes spread over its lifetime (start to end in flows.csv) to both links
+  of its path, so the links' high-band load over the window equals the flows' wire bytes; the
+  low band (the ring) gets what the high band leaves (strict priority), at most the link rate.
+- A ring operation of S bytes on N ranks is 2 (N - 1) lock-step steps of S / N bytes: rank i
+  sends step k to rank i + 1 once it holds step k - 1 from rank i - 1 (ns-3's partition ring,
+  the thesis' 5.2.1, and Gloo's ring); a step crosses the sender's uplink, then the receiver's
+  downlink, a fluid tandem with the switch's queue between them (1000 packets hold a step).
+- Each operation starts when the run's rank 0 started it; the model returns its duration.
+No TCP, no CPU, no coordination: what is left is the physics of strict priority and a ring.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from testbed.workloads.training.timeline import TIMELINE_FILE, events, operations
+
+DT = 1e-6  # the grid: 1 µs of scenario time
+PAYLOAD = 1448 / 1514  # TCP payload per byte on the wire (1500-byte MTU, Ethernet framing)
+
+
+@dataclass
+class Links:
+    """Per link direction, the cumulative capacity the high band left the low band, in grid
+    steps (a float: a step is the link's full rate for 1 µs)."""
+
+    free: dict[tuple[str, str], np.ndarray]
+    cap: float  # payload bytes per grid step at the link rate
+
+    def finish(self, link: tuple[str, str], t0: int, units: float) -> int:
+        """First grid index by which `link` gave `units` steps of free capacity after t0."""
+        f = self.free[link]
+        return int(np.searchsorted(f, f[t0] + units - 1e-9, side="left"))
+
+    def transfer(self, up: tuple[str, str], down: tuple[str, str], t0: int, nbytes: float) -> int:
+        """nbytes from t0 through `up` then `down`: D(t) = Fd(t) + min_{s≤t} (U(s) - Fd(s))."""
+        units = nbytes / self.cap
+        end = self.finish(up, t0, units)
+        last = len(self.free[down]) - 1
+        while True:
+            hi = min(end, last)
+            u = np.minimum(self.free[up][t0 : hi + 1] - self.free[up][t0], units)
+            fd = self.free[down][t0 : hi + 1] - self.free[down][t0]
+            done = np.nonzero(fd + np.minimum.accumulate(u - fd) >= units - 1e-9)[0]
+            if len(done):
+                return t0 + int(done[0])
+            if hi == last:
+                return last
+            end = hi + max(1000, int(units))  # the downlink still holds bytes: look further
+
+    def ring(self, hosts: list[str], t0: int, nbytes: float) -> int:
+        """The end of a lock-step ring allreduce of nbytes started at t0 (grid indices)."""
+        n = len(hosts)
+        holds = [t0] * n  # when rank i holds the data of the step it sends next
+        uplink_done = [t0] * n
+        for _ in range(2 * (n - 1)):
+            got = [0] * n
+            for i in range(n):
+                j = (i + 1) % n
+                start = max(holds[i], uplink_done[i])
+                uplink_done[i] = got[j] = self.transfer(
+                    ("up", hosts[i]), ("down", hosts[j]), start, nbytes / n
+                )
+            holds = got
+        return max(holds)
+
+
+def links_of(flows: list[dict[str, str]], hosts: list[str], lo: float, n: int, k: float,
+             rate: float) -> Links:  # fmt: skip
+    """The high band's fluid load of each link direction from the flows (times in Unix
+    seconds on the run's clock; lo is grid index 0, k the run's time_scale)."""
+    load = {(d, h): np.zeros(n + 1) for d in ("up", "down") for h in hosts}
+
+    def idx(t: float) -> int:
+        return min(n, max(0, int((t - lo) / k / DT)))
+
+    for r in flows:
+        if not r.get("end"):
+            continue  # censored or failed: no end to spread its bytes to
+        a, b = float(r["start"]), float(r["end"])
+        wire = int(r["size_bytes"]) / PAYLOAD * 8 / rate  # scenario seconds on the wire
+        share = min(1.0, wire / max((b - a) / k, DT))
+        i = idx(a)
+        j = min(n, max(i + 1, idx(b)))
+        for link in (("up", r["src"]), ("down", r["dst"])):
+            load[link][i] += share  # a difference array
+            load[link][j] -= share
+    free = {}
+    for link, d in load.items():
+        busy = np.minimum(1.0, np.cumsum(d)[:n])
+        free[link] = np.concatenate(([0.0], np.cumsum(1.0 - busy)))
+    return Links(free, rate / 8 * DT * PAYLOAD)
+
+
+def model_run(run: Path) -> dict[str, float]:
+    s = json.loads((run / "summary.json").read_text())
+    k = float(s.get("time_scale") or 1.0)
+    w0, w1 = s["window"]["start"], s["window"]["stop"]
+    rate = s["links"][0]["rate_bps"]
+    hosts = sorted({x["node"] for x in s["links"]}, key=lambda h: int(h.lstrip("h")))
+    lo = w0 - 0.5 * k  # half a scenario second of margin on either side
+    n = int((w1 + 0.5 * k - lo) / k / DT) + 1
+    with open(run / "flows.csv", newline="") as f:
+        links = links_of(list(csv.DictReader(f)), hosts, lo, n, k, rate)
+    ops = [
+        op
+        for op in operations(events(run / "horovod" / TIMELINE_FILE))
+        if w0 <= op[0] and op[1] <= w1
+    ]
+    measured, model, free_wire = [], [], []
+    for a, b, nbytes in ops:
+        t0 = int((a - lo) / k / DT)
+        measured.append((b - a) / k)
+        model.append((links.ring(hosts, t0, nbytes) - t0) * DT)
+        free_wire.append(2 * (len(hosts) - 1) / len(hosts) * nbytes / links.cap * DT)
+    high = [x["classes"]["high"]["rate_bps"] / x["rate_bps"] for x in s["links"]]
+    model_high = [
+        1 - (links.free[(x["direction"], x["node"])][int((w1 - lo) / k / DT)]
+             - links.free[(x["direction"], x["node"])][int((w0 - lo) / k / DT)]) / ((w1 - w0) / k / DT)
+        for x in s["links"]
+    ]  # fmt: skip
+    return {
+        "operations": len(ops),
+        "measured_s": sum(measured),
+        "model_s": sum(model),
+        "free_wire_s": sum(free_wire),
+        "correlation": float(np.corrcoef(measured, model)[0, 1]),
+        "high_share_counters": statistics.mean(high),
+        "high_share_model": statistics.mean(model_high),
+    }
+
+
+def main(paths: list[str]) -> None:
+    print("| run | ring operations in the window | measured | ideal ring (model) | free wire "
+          "| measured / model | model / free wire | per-operation correlation "
+          "| high band: counters / model |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for p in paths:
+        r = model_run(Path(p))
+        print(f"| {Path(p).name} | {r['operations']} | {r['measured_s']:.3f} s | {r['model_s']:.3f} s "
+              f"| {r['free_wire_s']:.3f} s | {r['measured_s'] / r['model_s']:.2f} "
+              f"| {r['model_s'] / r['free_wire_s']:.2f} | {r['correlation']:.2f} "
+              f"| {100 * r['high_share_counters']:.1f} % / {100 * r['high_share_model']:.1f} % |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
