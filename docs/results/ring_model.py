@@ -15,13 +15,18 @@ The model, in scenario time on a 1 µs grid:
   sends step k to rank i + 1 once it holds step k - 1 from rank i - 1 (ns-3's partition ring,
   the thesis' 5.2.1, and Gloo's ring); a step crosses the sender's uplink, then the receiver's
   downlink, a fluid tandem with the switch's queue between them (1000 packets hold a step).
-- Each operation starts when the run's rank 0 started it; the model returns its duration.
+- Operations: each starts when the run's rank 0 started it; the model returns its duration.
+- Iterations: testbed's event model (`testbed predict`: the job's layers and compute, Horovod's
+  dynamic fusion, the barrier) run from the window's start with this ring in place of the free
+  one, back to back through the window; its mean iteration is what an ideal emulator (or
+  simulator) of the same scenario would measure alongside these very flows.
 No TCP, no CPU, no coordination: what is left is the physics of strict priority and a ring.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import statistics
 import sys
@@ -30,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.resolve import load_scenario
+from testbed.workloads.training.predict import Network, Schedule, simulate
+from testbed.workloads.training.spec import layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, events, operations
 
 DT = 1e-6  # the grid: 1 µs of scenario time
@@ -109,6 +117,39 @@ def links_of(flows: list[dict[str, str]], hosts: list[str], lo: float, n: int, k
     return Links(free, rate / 8 * DT * PAYLOAD)
 
 
+@dataclass(frozen=True)
+class PriorityRing(Network):
+    """The event model's network with this ring: a buffer's time depends on when it starts
+    (seconds after grid index `origin`)."""
+
+    links: Links | None = None
+    hosts: tuple[str, ...] = ()
+    origin: int = 0
+
+    def ring_time(self, nbytes: float, start: float = 0.0) -> float:
+        assert self.links is not None
+        last = len(self.links.free[("up", self.hosts[0])]) - 1
+        if not start < (last - self.origin) * DT:  # past the grid (or never)
+            return float("inf")
+        t0 = self.origin + round(start / DT)
+        return (self.links.ring(list(self.hosts), t0, nbytes) - t0) * DT
+
+
+def iterations_model(
+    run: Path, links: Links, hosts: list[str], origin: int, span_s: float
+) -> list[float]:
+    """The ideal iterations through the window: the event model with the priority ring."""
+    h = load_scenario(run / "scenario.yaml").workloads.get("horovod")
+    assert h is not None
+    layers = layers_for(h)
+    net = PriorityRing(len(hosts), 0.0, links=links, hosts=tuple(hosts), origin=origin)
+    sched = Schedule(fusion_bytes=h.fusion_threshold, fusion="dynamic", barrier=h.barrier)
+    compute = sum(x.forward_s + x.backward_s for x in layers)
+    p = simulate(layers, net, sched, iterations=int(span_s / compute) + 2)  # more than fit
+    ends = [t for t in p.forward_ends if t <= span_s]
+    return [b - a for a, b in itertools.pairwise(ends)]
+
+
 def model_run(run: Path) -> dict[str, float]:
     s = json.loads((run / "summary.json").read_text())
     k = float(s.get("time_scale") or 1.0)
@@ -130,6 +171,7 @@ def model_run(run: Path) -> dict[str, float]:
         measured.append((b - a) / k)
         model.append((links.ring(hosts, t0, nbytes) - t0) * DT)
         free_wire.append(2 * (len(hosts) - 1) / len(hosts) * nbytes / links.cap * DT)
+    its = iterations_model(run, links, hosts, int((w0 - lo) / k / DT), (w1 - w0) / k)
     high = [x["classes"]["high"]["rate_bps"] / x["rate_bps"] for x in s["links"]]
     model_high = [
         1 - (links.free[(x["direction"], x["node"])][int((w1 - lo) / k / DT)]
@@ -142,6 +184,9 @@ def model_run(run: Path) -> dict[str, float]:
         "model_s": sum(model),
         "free_wire_s": sum(free_wire),
         "correlation": float(np.corrcoef(measured, model)[0, 1]),
+        "iteration_measured_s": s["horovod"]["iteration_time_s"]["mean"],
+        "iteration_model_s": statistics.mean(its) if its else float("nan"),
+        "iterations_model": len(its),
         "high_share_counters": statistics.mean(high),
         "high_share_model": statistics.mean(model_high),
     }
@@ -150,14 +195,16 @@ def model_run(run: Path) -> dict[str, float]:
 def main(paths: list[str]) -> None:
     print("| run | ring operations in the window | measured | ideal ring (model) | free wire "
           "| measured / model | model / free wire | per-operation correlation "
-          "| high band: counters / model |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| high band: counters / model | iteration: measured / ideal (iterations) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for p in paths:
         r = model_run(Path(p))
         print(f"| {Path(p).name} | {r['operations']} | {r['measured_s']:.3f} s | {r['model_s']:.3f} s "
               f"| {r['free_wire_s']:.3f} s | {r['measured_s'] / r['model_s']:.2f} "
               f"| {r['model_s'] / r['free_wire_s']:.2f} | {r['correlation']:.2f} "
-              f"| {100 * r['high_share_counters']:.1f} % / {100 * r['high_share_model']:.1f} % |")  # fmt: skip
+              f"| {100 * r['high_share_counters']:.1f} % / {100 * r['high_share_model']:.1f} % "
+              f"| {1e3 * r['iteration_measured_s']:.1f} / {1e3 * r['iteration_model_s']:.1f} ms "
+              f"({r['iterations_model']}) |")  # fmt: skip
 
 
 if __name__ == "__main__":

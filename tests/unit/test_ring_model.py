@@ -80,3 +80,15 @@ def test_the_high_band_load_equals_the_flows_wire_bytes():
     # of the link in 2000-3000 µs, capped at the link rate: 0.25 × 1000 µs is lost to the cap)
     used = N - links.free[("up", "h1")][N]
     assert used == pytest.approx(2000 - 250, abs=2)
+
+
+def test_with_free_links_the_event_models_ring_is_the_free_ring():
+    """The iteration model plugs this ring into testbed's event model: on links the high band
+    never uses it must give the event model's own ring time (at the payload's share of the
+    rate, the model's framing), to within the grid's microsecond per step."""
+    links = _links()
+    ring = rm.PriorityRing(len(HOSTS), 0.0, links=links, hosts=tuple(HOSTS), origin=100)
+    free = rm.Network(len(HOSTS), RATE, efficiency=rm.PAYLOAD)
+    for nbytes in (1e6, 5_333_329, 8e6):
+        assert ring.ring_time(nbytes, start=0.0) == pytest.approx(free.ring_time(nbytes), abs=6e-6)
+    assert ring.ring_time(1e6, start=1.0) == float("inf")  # past the grid: never

@@ -61,7 +61,9 @@ class Network:
     efficiency: float = ACK_EFFICIENCY  # B_eff / rate
     step_latency_s: float = 0.0  # one-way latency of one ring step
 
-    def ring_time(self, nbytes: float) -> float:
+    def ring_time(self, nbytes: float, start: float = 0.0) -> float:
+        """A buffer's ring time; `start` (when it starts) matters only to a network whose
+        links are not free all the time (docs/results/ring_model.py's, under a background)."""
         n = self.workers
         b_eff = self.rate_bps * self.efficiency
         return 2 * (n - 1) * (nbytes / n * 8 / b_eff + self.step_latency_s)
@@ -140,7 +142,7 @@ def _reduce(
             while queued and size + layers[queued[0][0]].nbytes <= sched.fusion_bytes:
                 size += layers[queued[0][0]].nbytes
                 take.append(queued.pop(0))
-        end = t + net.ring_time(size)
+        end = t + net.ring_time(size, t)
         out.append(Transfer(tuple(j for u in take for j in u), size, t, end))
         t = end
     return out
