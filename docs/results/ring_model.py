@@ -1,7 +1,9 @@
 """What Horovod's ring would take under strict priority if the emulation were ideal: a fluid
 model fed with a run's own web-search flows, against what the run's Horovod timeline measured.
 
-    .venv/bin/python docs/results/ring_model.py RUN_FOLDER...     (runs made with timeline: true)
+    .venv/bin/python docs/results/ring_model.py RUN_FOLDER...     (runs with the ring in "low")
+
+Every run gets the iteration model; a run made with `timeline: true` also its ring operations.
 
 For docs/results/thesis-exact.md. Independent of testbed's code except for reading the run's
 records (flows.csv, summary.json, the timeline through testbed.workloads.training.timeline).
@@ -36,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.resolve import load_scenario
-from testbed.workloads.training.predict import Network, Schedule, simulate
+from testbed.workloads.training.predict import Network, Schedule, for_instance, simulate
 from testbed.workloads.training.spec import layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, events, operations
 
@@ -152,6 +154,10 @@ def iterations_model(
 
 def model_run(run: Path) -> dict[str, float]:
     s = json.loads((run / "summary.json").read_text())
+    if s["horovod"]["class"] == s["websearch"]["class"]:
+        raise SystemExit(
+            f"{run}: the ring shares the web flows' band; the model is for a ring in a lower one"
+        )
     k = float(s.get("time_scale") or 1.0)
     w0, w1 = s["window"]["start"], s["window"]["stop"]
     rate = s["links"][0]["rate_bps"]
@@ -160,6 +166,23 @@ def model_run(run: Path) -> dict[str, float]:
     n = int((w1 + 0.5 * k - lo) / k / DT) + 1
     with open(run / "flows.csv", newline="") as f:
         links = links_of(list(csv.DictReader(f)), hosts, lo, n, k, rate)
+    its = iterations_model(run, links, hosts, int((w0 - lo) / k / DT), (w1 - w0) / k)
+    high = [x["classes"][s["websearch"]["class"]]["rate_bps"] / x["rate_bps"] for x in s["links"]]
+    model_high = [
+        1 - (links.free[(x["direction"], x["node"])][int((w1 - lo) / k / DT)]
+             - links.free[(x["direction"], x["node"])][int((w0 - lo) / k / DT)]) / ((w1 - w0) / k / DT)
+        for x in s["links"]
+    ]  # fmt: skip
+    out = {
+        "iteration_measured_s": s["horovod"]["iteration_time_s"]["mean"],
+        "iteration_model_s": statistics.mean(its) if its else float("nan"),
+        "iterations_model": len(its),
+        "alone_s": for_instance("horovod", load_scenario(run / "scenario.yaml"))["iteration_s"],
+        "high_share_counters": statistics.mean(high),
+        "high_share_model": statistics.mean(model_high),
+    }
+    if not (run / "horovod" / TIMELINE_FILE).is_file():
+        return out
     ops = [
         op
         for op in operations(events(run / "horovod" / TIMELINE_FILE))
@@ -171,40 +194,36 @@ def model_run(run: Path) -> dict[str, float]:
         measured.append((b - a) / k)
         model.append((links.ring(hosts, t0, nbytes) - t0) * DT)
         free_wire.append(2 * (len(hosts) - 1) / len(hosts) * nbytes / links.cap * DT)
-    its = iterations_model(run, links, hosts, int((w0 - lo) / k / DT), (w1 - w0) / k)
-    high = [x["classes"]["high"]["rate_bps"] / x["rate_bps"] for x in s["links"]]
-    model_high = [
-        1 - (links.free[(x["direction"], x["node"])][int((w1 - lo) / k / DT)]
-             - links.free[(x["direction"], x["node"])][int((w0 - lo) / k / DT)]) / ((w1 - w0) / k / DT)
-        for x in s["links"]
-    ]  # fmt: skip
-    return {
+    return out | {
         "operations": len(ops),
         "measured_s": sum(measured),
         "model_s": sum(model),
         "free_wire_s": sum(free_wire),
         "correlation": float(np.corrcoef(measured, model)[0, 1]),
-        "iteration_measured_s": s["horovod"]["iteration_time_s"]["mean"],
-        "iteration_model_s": statistics.mean(its) if its else float("nan"),
-        "iterations_model": len(its),
-        "high_share_counters": statistics.mean(high),
-        "high_share_model": statistics.mean(model_high),
     }
 
 
 def main(paths: list[str]) -> None:
-    print("| run | ring operations in the window | measured | ideal ring (model) | free wire "
-          "| measured / model | model / free wire | per-operation correlation "
-          "| high band: counters / model | iteration: measured / ideal (iterations) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for p in paths:
-        r = model_run(Path(p))
-        print(f"| {Path(p).name} | {r['operations']} | {r['measured_s']:.3f} s | {r['model_s']:.3f} s "
+    results = {f"{Path(p).parent.parent.name}/{Path(p).name}": model_run(Path(p)) for p in paths}
+    print("| run | iteration measured | ideal (iterations) | measured / ideal | the job alone "
+          "(`testbed predict`) | ideal / alone | high band: counters / model |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {1e3 * r['iteration_measured_s']:.1f} ms "
+              f"| {1e3 * r['iteration_model_s']:.1f} ms ({r['iterations_model']}) "
+              f"| {r['iteration_measured_s'] / r['iteration_model_s']:.2f} | {1e3 * r['alone_s']:.1f} ms "
+              f"| {r['iteration_model_s'] / r['alone_s']:.2f} "
+              f"| {100 * r['high_share_counters']:.1f} % / {100 * r['high_share_model']:.1f} % |")  # fmt: skip
+    timed = {name: r for name, r in results.items() if "operations" in r}
+    if not timed:
+        return
+    print("\n| run (timeline) | ring operations in the window | measured | ideal ring | free wire "
+          "| measured / ideal | ideal / free wire | per-operation correlation |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r in timed.items():
+        print(f"| {name} | {r['operations']} | {r['measured_s']:.3f} s | {r['model_s']:.3f} s "
               f"| {r['free_wire_s']:.3f} s | {r['measured_s'] / r['model_s']:.2f} "
-              f"| {r['model_s'] / r['free_wire_s']:.2f} | {r['correlation']:.2f} "
-              f"| {100 * r['high_share_counters']:.1f} % / {100 * r['high_share_model']:.1f} % "
-              f"| {1e3 * r['iteration_measured_s']:.1f} / {1e3 * r['iteration_model_s']:.1f} ms "
-              f"({r['iterations_model']}) |")  # fmt: skip
+              f"| {r['model_s'] / r['free_wire_s']:.2f} | {r['correlation']:.2f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
