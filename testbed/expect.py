@@ -174,10 +174,14 @@ def kind_of(path: str, template: dict[str, Any], classes: list[str]) -> str:
 
 def template_for(s: Any) -> dict[str, Any]:
     """The summary's shape for scenario `s`: the run's own sections, and one per workload
-    instance, its kind's."""
+    instance, its kind's (as its fields leave it: Horovod's timeline only with `timeline: true`)."""
     from testbed.workloads import kinds
 
-    return {**CORE, **{name: kinds.get(w.kind).summary for name, w in s.workloads.items()}}
+    def shape(w: Any) -> Any:
+        kind = kinds.get(w.kind)
+        return kind.summary_of(w) if kind.summary_of else kind.summary
+
+    return {**CORE, **{name: shape(w) for name, w in s.workloads.items()}}
 
 
 def predictable(s: Any) -> dict[str, str]:

@@ -31,6 +31,9 @@ class Kind:
     config: type[Any]  # a workloads.base.WorkloadConfig subclass: the instance's fields
     controller: str  # "module:callable": (name, cfg, ctx) → the run's controller of one instance
     summary: Mapping[str, Any]  # the summary section's shape and units (see above)
+    summary_of: Callable[[Any], Mapping[str, Any]] | None = (
+        None  # (cfg) → the shape of this instance's section, where its fields leave parts out
+    )
     report: str | None = None  # "module": the kind's report hooks (report.py says which)
     resolve: Callable[..., None] | None = None  # (cfg, scenario, base_dir, ordinal, place): derived
     dilate: Callable[[Any, float], dict[str, Any]] | None = None  # (cfg, K): wall-clock fields

@@ -99,6 +99,17 @@ def test_malformed_checks_name_their_index(checks, needle):
         _scenario(checks)
 
 
+def test_the_timeline_is_in_the_summary_only_with_timeline_true():
+    """A check on Horovod's timeline is refused where the run records none (the summary of a
+    run without `timeline: true` has no such section), and read where it records one."""
+    check = ["horovod.timeline.operations_s < 1s"]
+    with pytest.raises(ScenarioError, match=r"expect\[0\]: .*has no 'timeline'"):
+        _scenario(check)
+    hv = {**BASE["workloads"]["horovod"], "timeline": True}
+    data = {**BASE, "workloads": {**BASE["workloads"], "horovod": hv}, "expect": check}
+    assert expect.template_for(load_scenario_data(data, "s.yaml"))["horovod"]["timeline"]
+
+
 def test_predicted_needs_a_synthetic_job():
     data = {**BASE, "workloads": {"horovod": {"mode": "real"}},
             "expect": ["horovod.iteration_time_s.mean < 2 * predicted"]}  # fmt: skip

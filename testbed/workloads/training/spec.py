@@ -317,15 +317,12 @@ SUMMARY = {
     },
 }
 
+# without `timeline: true` (and torch-ddp, which has no Horovod timeline) the section has none
+NO_TIMELINE = {k: v for k, v in SUMMARY.items() if k != "timeline"}
+
 for _kind, _config, _doc, _summary in (
     ("horovod", HorovodWorkload, HorovodWorkload.__doc__, SUMMARY),
-    # torch-ddp has no Horovod timeline
-    (
-        "torch-ddp",
-        TorchDdpWorkload,
-        TorchDdpWorkload.__doc__,
-        {k: v for k, v in SUMMARY.items() if k != "timeline"},
-    ),
+    ("torch-ddp", TorchDdpWorkload, TorchDdpWorkload.__doc__, NO_TIMELINE),
 ):
     register(
         Kind(
@@ -336,6 +333,7 @@ for _kind, _config, _doc, _summary in (
             controller="testbed.workloads.training.controller:make",
             report="testbed.workloads.training.report",
             summary=_summary,
+            summary_of=lambda w: SUMMARY if getattr(w, "timeline", False) else NO_TIMELINE,
             resolve=resolve,
             dilate=dilate,
             records=lambda name: iterations_file(name),
