@@ -362,7 +362,7 @@ def run_sweep(
                     log.info("point %d finished earlier in %s", p.index, prior.name)
                 summary = json.loads((prior / "summary.json").read_text())
                 p.folder = prior.name
-                outcomes.append(Outcome(p, "skipped", 0.0, None, summary))
+                outcomes.append(Outcome(p, "skipped", recorded_wall(prior), None, summary))
                 check(outcomes[-1], prior)
                 ui.end_point(outcomes[-1], len(outcomes), len(points))
                 continue
@@ -388,7 +388,8 @@ def run_sweep(
                 if folder.is_dir():  # the run folder names its point (resume looks for it)
                     (folder / "point.json").write_text(json.dumps(
                         {"index": p.index, "labels": p.labels, "overrides": p.overrides,
-                         "identity": p.identity}, indent=1))  # fmt: skip
+                         "identity": p.identity, "wall_s": round(time.monotonic() - t0, 2)},
+                        indent=1))  # fmt: skip
             check(o, folder)
             walls.append(o.wall_s)
             outcomes.append(o)
@@ -397,6 +398,16 @@ def run_sweep(
     finally:
         write_results(spec, points, outcomes, out, time.monotonic() - t_sweep)
     return outcomes
+
+
+def recorded_wall(folder: Path) -> float:
+    """The wall time a finished point's run took, as point.json kept it, so that a resumed
+    sweep's sweep.csv still says how long each of its runs took (0.0 in folders made before
+    point.json kept it)."""
+    try:
+        return float(json.loads((folder / "point.json").read_text()).get("wall_s") or 0.0)
+    except (OSError, ValueError):
+        return 0.0
 
 
 def check(o: Outcome, folder: Path) -> None:

@@ -42,6 +42,7 @@ from testbed.sweep import (
     _summary_of,
     check,
     finished_runs,
+    recorded_wall,
     write_results,
 )
 from testbed.workloads import kinds
@@ -175,7 +176,8 @@ class Dispatcher:
                 pending.append(p)
                 continue
             p.folder = prior.name
-            o = Outcome(p, "skipped", 0.0, None, json.loads((prior / "summary.json").read_text()))
+            summary = json.loads((prior / "summary.json").read_text())
+            o = Outcome(p, "skipped", recorded_wall(prior), None, summary)
             check(o, prior)
             self._record(o)
         try:
@@ -290,6 +292,7 @@ class Dispatcher:
         (folder / "point.json").write_text(json.dumps(
             {"index": p.index, "labels": p.labels, "overrides": p.overrides,
              "identity": p.identity, "node": r.node.hostname,
+             "wall_s": round(time.monotonic() - r.started, 2),
              "swarm": {"sweep": self.sweep_id, "launched_at": round(r.launched_at, 3),
                        "received_at": round(time.time(), 3), "runs_before": self.lost[p.index]}},
             indent=1))  # fmt: skip

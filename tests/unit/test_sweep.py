@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,7 @@ def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path):
     def fake_run(scenario, folder, _ui):  # a stand-in for the orchestrator: writes a summary
         calls.append(scenario.seed)
         folder.mkdir(parents=True)
+        time.sleep(0.02)  # a run that takes measurable time
         status = "failed" if scenario.seed == 2 and len(calls) < 4 else "ok"
         (folder / "summary.json").write_text(json.dumps({"status": status, "duration_s": 10}))
         if status == "failed":
@@ -157,6 +159,9 @@ def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path):
     assert (out / "sweep.csv").read_text().count("\n") == 4
     second = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
     assert [o.status for o in second] == ["skipped", "ok", "skipped"] and calls[3:] == [2]
+    # a resumed sweep still says how long its earlier runs took
+    walls = [r["wall_s"] for r in json.loads((out / "sweep.json").read_text())["results"]]
+    assert walls[0] == rows[0]["wall_s"] > 0 and walls[2] == rows[2]["wall_s"] > 0
     failed = [d.name for d in (out / "runs").iterdir() if ".failed-" in d.name]
     assert len(failed) == 1  # the first attempt's records are kept aside
 
