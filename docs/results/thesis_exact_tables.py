@@ -50,9 +50,15 @@ def load(sweep: Path) -> dict[str, dict[str, dict[str, Path]]]:
 
 
 def walls(sweep: Path) -> dict[str, str]:
-    """run folder name → the whole run's wall time (s) as the sweep measured it."""
+    """run folder name → the whole run's wall time (s) as the sweep measured it: sweep.csv's,
+    or point.json's for a run an earlier invocation of a resumed sweep made."""
+    out = {}
     with open(sweep / "sweep.csv", newline="") as f:
-        return {Path(r["folder"]).name: r["wall_s"] for r in csv.DictReader(f)}
+        for r in csv.DictReader(f):
+            name = Path(r["folder"]).name
+            point = json.loads((sweep / "runs" / name / "point.json").read_text())
+            out[name] = r["wall_s"] if float(r["wall_s"] or 0) > 0 else point.get("wall_s", "?")
+    return out
 
 
 def summary(p: Path) -> dict:
@@ -166,7 +172,7 @@ def physics(cells: dict[str, dict[str, dict[str, Path]]], wall_s: dict[str, str]
                 drops = sum(c["drops"] for x in s["links"] for c in x["classes"].values())
                 tcp = s.get("tcp") or {}
                 ar = w["arrival_rate_per_host"]
-                wall = f"{float(wall_s[p.name]):.0f} s" if p.name in wall_s else "?"
+                wall = f"{float(wall_s[p.name]):.0f} s" if p.name in wall_s else "?"  # fmt: skip
                 print(f"| {cell} s{seed} {scheme} | {fastest:.3f} | {h['min_iteration_over_compute']:.3f} "
                       f"| {hi} | {lo_} | {ar['achieved'] / ar['configured']:.3f} "
                       f"| {w['utilization_pct']['offered']:.2f} % of {w['utilization_pct']['configured']} % "
