@@ -2,6 +2,8 @@
 model fed with a run's own web-search flows, against what the run's Horovod timeline measured.
 
     .venv/bin/python docs/results/ring_model.py RUN_FOLDER...     (runs with the ring in "low")
+    .venv/bin/python docs/results/ring_model.py --ratios 2,4,8,16 RUN_FOLDER
+        (the ideal iteration at other compute-to-network ratios, beside that run's own flows)
 
 Every run gets the iteration model; a run made with `timeline: true` also its ring operations.
 
@@ -37,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.resolve import load_scenario
+from testbed.resolve import load_scenario, with_overrides
+from testbed.scenario import Scenario
 from testbed.workloads.training.predict import Network, Schedule, for_instance, simulate
 from testbed.workloads.training.spec import layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, events, operations
@@ -138,10 +141,10 @@ class PriorityRing(Network):
 
 
 def iterations_model(
-    run: Path, links: Links, hosts: list[str], origin: int, span_s: float
+    scenario: Scenario, links: Links, hosts: list[str], origin: int, span_s: float
 ) -> list[float]:
     """The ideal iterations through the window: the event model with the priority ring."""
-    h = load_scenario(run / "scenario.yaml").workloads.get("horovod")
+    h = scenario.workloads.get("horovod")
     assert h is not None
     layers = layers_for(h)
     net = PriorityRing(len(hosts), 0.0, links=links, hosts=tuple(hosts), origin=origin)
@@ -152,7 +155,18 @@ def iterations_model(
     return [b - a for a, b in itertools.pairwise(ends)]
 
 
-def model_run(run: Path) -> dict[str, float]:
+def model_run(run: Path, ratio: float | None = None) -> dict[str, float]:
+    """The run's ideal iteration (and, with a timeline, its ideal ring operations); with
+    `ratio`, the job's compute re-derived for that R_cp_to_nw, the flows the run's own."""
+    scenario = load_scenario(run / "scenario.yaml")
+    if ratio is not None:
+        scenario = with_overrides(
+            scenario,
+            {
+                "workloads.horovod.compute_to_network_ratio": ratio,
+                "workloads.horovod.compute_time": None,
+            },
+        )
     s = json.loads((run / "summary.json").read_text())
     if s["horovod"]["class"] == s["websearch"]["class"]:
         raise SystemExit(
@@ -166,7 +180,7 @@ def model_run(run: Path) -> dict[str, float]:
     n = int((w1 + 0.5 * k - lo) / k / DT) + 1
     with open(run / "flows.csv", newline="") as f:
         links = links_of(list(csv.DictReader(f)), hosts, lo, n, k, rate)
-    its = iterations_model(run, links, hosts, int((w0 - lo) / k / DT), (w1 - w0) / k)
+    its = iterations_model(scenario, links, hosts, int((w0 - lo) / k / DT), (w1 - w0) / k)
     high = [x["classes"][s["websearch"]["class"]]["rate_bps"] / x["rate_bps"] for x in s["links"]]
     model_high = [
         1 - (links.free[(x["direction"], x["node"])][int((w1 - lo) / k / DT)]
@@ -177,11 +191,11 @@ def model_run(run: Path) -> dict[str, float]:
         "iteration_measured_s": s["horovod"]["iteration_time_s"]["mean"],
         "iteration_model_s": statistics.mean(its) if its else float("nan"),
         "iterations_model": len(its),
-        "alone_s": for_instance("horovod", load_scenario(run / "scenario.yaml"))["iteration_s"],
+        "alone_s": for_instance("horovod", scenario)["iteration_s"],
         "high_share_counters": statistics.mean(high),
         "high_share_model": statistics.mean(model_high),
     }
-    if not (run / "horovod" / TIMELINE_FILE).is_file():
+    if ratio is not None or not (run / "horovod" / TIMELINE_FILE).is_file():
         return out
     ops = [
         op
@@ -226,5 +240,20 @@ def main(paths: list[str]) -> None:
               f"| {r['model_s'] / r['free_wire_s']:.2f} | {r['correlation']:.2f} |")  # fmt: skip
 
 
+def ratios(values: str, path: str) -> None:
+    print(f"beside the flows of {path}:\n")
+    print(
+        "| R | ideal iteration (iterations) | the job alone (`testbed predict`) | ideal / alone |"
+    )
+    print("|---|---|---|---|")
+    for r in (float(x) for x in values.split(",")):
+        m = model_run(Path(path), r)
+        print(f"| {r:g} | {1e3 * m['iteration_model_s']:.1f} ms ({m['iterations_model']}) "
+              f"| {1e3 * m['alone_s']:.1f} ms | {m['iteration_model_s'] / m['alone_s']:.3f} |")  # fmt: skip
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--ratios"]:
+        ratios(sys.argv[2], sys.argv[3])
+    else:
+        main(sys.argv[1:])
