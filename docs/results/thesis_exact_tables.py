@@ -56,8 +56,10 @@ def walls(sweep: Path) -> dict[str, str]:
     with open(sweep / "sweep.csv", newline="") as f:
         for r in csv.DictReader(f):
             name = Path(r["folder"]).name
-            point = json.loads((sweep / "runs" / name / "point.json").read_text())
-            out[name] = r["wall_s"] if float(r["wall_s"] or 0) > 0 else point.get("wall_s", "?")
+            out[name] = r["wall_s"]
+            if not float(r["wall_s"] or 0) > 0:  # made by an earlier invocation
+                point = json.loads((sweep / "runs" / name / "point.json").read_text())
+                out[name] = point.get("wall_s", "?")
     return out
 
 
@@ -172,7 +174,7 @@ def physics(cells: dict[str, dict[str, dict[str, Path]]], wall_s: dict[str, str]
                 drops = sum(c["drops"] for x in s["links"] for c in x["classes"].values())
                 tcp = s.get("tcp") or {}
                 ar = w["arrival_rate_per_host"]
-                wall = f"{float(wall_s[p.name]):.0f} s" if p.name in wall_s else "?"  # fmt: skip
+                wall = f"{float(wall_s[p.name]):.0f} s" if p.name in wall_s else "?"
                 print(f"| {cell} s{seed} {scheme} | {fastest:.3f} | {h['min_iteration_over_compute']:.3f} "
                       f"| {hi} | {lo_} | {ar['achieved'] / ar['configured']:.3f} "
                       f"| {w['utilization_pct']['offered']:.2f} % of {w['utilization_pct']['configured']} % "
