@@ -6,6 +6,7 @@ import pytest
 
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
+from testbed.workloads.ensemble.controller import over_limit
 
 BLOCK = 8 * 150_528  # bytes of a preprocessed block: batch 8, 224·224·3 images
 RAW = 8 * 110_000  # bytes of a raw block
@@ -91,3 +92,18 @@ def test_bad_ensembles_are_one_line_naming_the_field(cfg, message):
     with pytest.raises(ScenarioError) as e:
         ensemble(**cfg)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_independent_pipelines_are_capped_together_not_each():
+    """The CI run that found it: duplicated, h2's stream starved (fewer than two rounds, no
+    rate), the other three at 35.7 images/s, 1.26x their 28.4 share of h5's 113.6. Physics
+    holds (107.2 together); the same rates in shared rounds would be 1.26x too fast."""
+    share = 8 / (4 * 880_000 * 8 / 100e6)
+    rates = [35.7, 35.7, 35.7]
+    assert over_limit("duplicated", rates, 2000, share, 4 * share) == pytest.approx(
+        3 * 35.7 / (4 * share)
+    )
+    assert over_limit("all-shared", rates, 2000, share, 4 * share) == pytest.approx(35.7 / share)
+    # preprocessing still caps each pipeline on its own
+    assert over_limit("duplicated", [45.0, 10.0], 40.0, share, 4 * share) == pytest.approx(45 / 40)
+    assert over_limit("duplicated", [], 40.0, share, 4 * share) is None

@@ -2,7 +2,8 @@
 host; the rounds merged into rounds.csv (rounds-<name>.csv for an instance not named ensemble)
 and summarised: each model's image rate in the measured window (peak(n) without train_rate),
 its share of the window spent waiting for data, the bytes the pattern moved, and the physics
-check that no model beat its limits (preprocessing, and the pattern's busiest link)."""
+check that no model beat its limits (preprocessing, and the pattern's busiest link; for
+duplicated pipelines, whose streams split the storage's uplink unevenly, the models together)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,23 @@ def steady_rate(rounds: list[dict[str, str]]) -> float | None:
     t = sorted(float(r["ready"]) for r in rounds)
     images = sum(int(r["images"]) for r in rounds) - int(rounds[0]["images"])
     return images / (t[-1] - t[0]) if t[-1] > t[0] else None
+
+
+def over_limit(
+    pattern: str,
+    rates: list[float],
+    preprocess: float,
+    limit: float,
+    together: float | None,
+) -> float | None:
+    """The most any rate came to of what physics allows it: each model's own rate against
+    its limit where the models move in shared rounds; where the pipelines are independent
+    (duplicated), each against its preprocessing and their sum against the storage's uplink."""
+    if not rates:
+        return None
+    if pattern != "duplicated":
+        return max(rates) / limit
+    return max(max(rates) / preprocess, sum(rates) / together if together else 0.0)
 
 
 class Ensemble(Controller):
@@ -104,6 +122,9 @@ class Ensemble(Controller):
                     sent[k] += at["stop"][k] - at["start"][k]
         delivered = sum(int(r["images"]) for r in measured)
         limit = min(x for x in (d.preprocess_limit, d.network_limit) if x is not None)
+        n = len(d.models)
+        together = n * d.network_limit if d.network_limit is not None else None
+        total = sum(rates) if rates else None  # a model with under two rounds adds nothing
         return {
             "pattern": c.pattern,
             "models": len(d.models),
@@ -114,15 +135,17 @@ class Ensemble(Controller):
                 "mean": sum(rates) / len(rates) if rates else None,
                 "min": min(rates, default=None),
                 "max": max(rates, default=None),
+                "total": total,
                 "per_model": per_model,
             },
             "limits": {
                 "preprocess": d.preprocess_limit,
                 "network": d.network_limit,
                 "limit": limit,
+                "together": together,
                 "busiest_link": d.busiest_link,
             },
-            "rate_over_limit": max(rates) / limit if rates and limit else None,
+            "rate_over_limit": over_limit(c.pattern, rates, d.preprocess_limit, limit, together),
             "wait_share": {
                 "mean": sum(waits.values()) / len(waits) / span if span else None,
                 "max": max(waits.values()) / span if span else None,
@@ -140,14 +163,25 @@ class Ensemble(Controller):
         }
 
     def warnings(self, section: dict[str, Any]) -> list[str]:
+        out = []
         over = section.get("rate_over_limit")
         if over is not None and over > 1.02:
-            return [
-                f"{self.name}: a model received {over:.3f}x the images/s its limits allow "
-                f"({section['limits']['limit']:.1f}): the emulated preprocessing or a link is "
-                "faster than configured"
-            ]
-        return []
+            out.append(
+                f"{self.name}: {over:.3f}x the images/s the limits allow "
+                f"({section['limits']['limit']:.1f} a model): the emulated preprocessing or a "
+                "link is faster than configured"
+            )
+        share = section["limits"]["limit"]
+        if section["pattern"] == "duplicated" and share:
+            low = {m: (r or 0.0) / share for m, r in section["image_rate"]["per_model"].items()}
+            starved = sorted(m for m, x in low.items() if x < 0.5)
+            if starved:
+                out.append(
+                    f"{self.name}: {', '.join(starved)} got under half its share of the "
+                    f"storage's uplink (least {min(low.values()):.0%}): its TCP stream lost "
+                    "out to the others' (TCP does not split a link evenly)"
+                )
+        return out
 
     def metric_queries(self, section: dict[str, Any]) -> list[tuple[str, str, str, Any]]:
         return [

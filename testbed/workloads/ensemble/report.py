@@ -34,13 +34,19 @@ def print_section(out: Console, name: str, e: dict[str, Any]) -> None:
         f"({lim.get('busiest_link') or 'no link'}); class {e['class']}",
         highlight=False,
     )
+    shared = e["pattern"] != "duplicated"
     t = Table()
-    for col in ("model", "images/s", "of the limit"):
+    for col in ("model", "images/s", "of the limit" if shared else "of its share"):
         t.add_column(col, justify="right")
     for m, rate in (e["image_rate"].get("per_model") or {}).items():
         share = rate / lim["limit"] if rate is not None and lim["limit"] else None
         t.add_row(m, _f(rate), _f(share, ".1%"))
     out.print(t)
+    if not shared:  # independent pipelines: the storage's uplink caps them together
+        out.print(
+            f"  together: {_f(e['image_rate'].get('total'))} of "
+            f"{_f(lim.get('together'))} images/s the storage's uplink allows"
+        )
     w, b = e.get("wait_share") or {}, e.get("bytes_sent") or {}
     out.print(
         f"  waiting for data: {_f(w.get('mean'), '.1%')} of the window (most {_f(w.get('max'), '.1%')});"
