@@ -127,7 +127,7 @@ class Ensemble(Controller):
         total = sum(rates) if rates else None  # a model with under two rounds adds nothing
         return {
             "pattern": c.pattern,
-            "models": len(d.models),
+            "models": n,
             "preprocessors": len(d.preprocessors),
             "rounds_measured": len(measured),
             "images_delivered": sum(int(r["images"]) for r in rows),
@@ -171,15 +171,15 @@ class Ensemble(Controller):
                 f"({section['limits']['limit']:.1f} a model): the emulated preprocessing or a "
                 "link is faster than configured"
             )
-        share = section["limits"]["limit"]
-        if section["pattern"] == "duplicated" and share:
-            low = {m: (r or 0.0) / share for m, r in section["image_rate"]["per_model"].items()}
+        limit = section["limits"]["limit"]  # its uplink share, or its preprocessing if slower
+        if section["pattern"] == "duplicated":
+            low = {m: (r or 0.0) / limit for m, r in section["image_rate"]["per_model"].items()}
             starved = sorted(m for m, x in low.items() if x < 0.5)
             if starved:
                 out.append(
-                    f"{self.name}: {', '.join(starved)} got under half its share of the "
-                    f"storage's uplink (least {min(low.values()):.0%}): its TCP stream lost "
-                    "out to the others' (TCP does not split a link evenly)"
+                    f"{self.name}: {', '.join(starved)} got under half of a model's share "
+                    f"(least {min(low.values()):.0%}): a stream from storage lost out to the "
+                    "others (TCP does not split a link evenly)"
                 )
         return out
 
