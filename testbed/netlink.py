@@ -54,6 +54,7 @@ IFLA_MASTER = 10
 IFLA_LINKINFO = 18
 IFLA_GROUP = 27
 IFLA_NET_NS_FD = 28
+IFLA_GSO_MAX_SEGS = 40
 IFLA_INFO_KIND = 1
 IFLA_INFO_DATA = 2
 IFLA_INFO_SLAVE_DATA = 5
@@ -109,15 +110,19 @@ def veth(
     peer_netns_fd: int,
     master: int | None = None,
     mtu: int | None = None,
+    peer_gso_max_segs: int | None = None,
 ) -> bytes:
     """Both ends of a veth with the indexes given: this end in the socket's namespace, up, in
     bridge `master` if any; the peer straight in its namespace (`peer_netns_fd`, open until
     sent), down: the kernel configures the peer before the pair is joined, and opening a veth
     without its peer fails (ENOTCONN), so the peer's namespace brings it up (link_up). `mtu`
-    applies to both ends (a bridge follows its ports' smallest)."""
+    applies to both ends (a bridge follows its ports' smallest). `peer_gso_max_segs`: the
+    most segments the peer takes in one packet from the stack (TCP sizes its packets by it)."""
     mtu_attr = b"" if mtu is None else _attr(IFLA_MTU, struct.pack("=I", mtu))
     peer_info = IFINFO.pack(0, 0, peer_index, 0, 0)
     peer_info += _attr(IFLA_IFNAME, _name(peer)) + mtu_attr
+    if peer_gso_max_segs is not None:
+        peer_info += _attr(IFLA_GSO_MAX_SEGS, struct.pack("=I", peer_gso_max_segs))
     peer_info += _attr(IFLA_NET_NS_FD, struct.pack("=I", peer_netns_fd))
     attrs = _attr(IFLA_IFNAME, _name(name)) + mtu_attr
     if master is not None:
@@ -137,6 +142,15 @@ def bridge(name: str, index: int, group: int | None = None) -> bytes:
     )
     if group is not None:
         attrs += _attr(IFLA_GROUP, struct.pack("=I", group))
+    return _message(RTM_NEWLINK, CREATE, IFINFO.pack(0, 0, index, IFF_UP, IFF_UP) + attrs)
+
+
+def ifb(name: str, index: int, mtu: int | None = None) -> bytes:
+    """An ifb (intermediate functional block) device, up: a queue that a tc redirect feeds."""
+    attrs = _attr(IFLA_IFNAME, _name(name))
+    if mtu is not None:
+        attrs += _attr(IFLA_MTU, struct.pack("=I", mtu))
+    attrs += _nest(IFLA_LINKINFO, _attr(IFLA_INFO_KIND, _name("ifb")))
     return _message(RTM_NEWLINK, CREATE, IFINFO.pack(0, 0, index, IFF_UP, IFF_UP) + attrs)
 
 

@@ -121,7 +121,8 @@ def kernel_capabilities(state: RunState | None = None) -> Capabilities:
     caps: Capabilities | None = None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         cached = json.loads(KERNEL_CACHE.read_text())
-        if cached["kernel"] == ident:
+        # an answer is only as good as what was asked: a testbed that probes more asks again
+        if cached["kernel"] == ident and cached["probed"] == sorted(HOW):
             caps = Capabilities(frozenset(cached["present"]))
     if caps is None:
         if state is None:
@@ -134,7 +135,11 @@ def kernel_capabilities(state: RunState | None = None) -> Capabilities:
         with contextlib.suppress(OSError):
             KERNEL_CACHE.parent.mkdir(parents=True, exist_ok=True)
             tmp = KERNEL_CACHE.with_suffix(f".{os.getpid()}")
-            tmp.write_text(json.dumps({"kernel": ident, "present": sorted(caps.present)}))
+            tmp.write_text(
+                json.dumps(
+                    {"kernel": ident, "probed": sorted(HOW), "present": sorted(caps.present)}
+                )
+            )
             tmp.replace(KERNEL_CACHE)
     missing = caps.missing_required()
     if missing:

@@ -11,7 +11,19 @@ from functools import cache
 from pyroute2 import IPBatch, IPRoute, protocols
 
 from testbed import netlink as nl
-from testbed.shaping.plan import DscpFilter, Fifo, Htb, HtbClass, InterfacePlan, Netem, TcObject
+from testbed.shaping.plan import (
+    Clsact,
+    DscpFilter,
+    Fifo,
+    Htb,
+    HtbClass,
+    InterfacePlan,
+    Netem,
+    Redirect,
+    TcObject,
+)
+
+CLSACT_EGRESS = "ffff:fff3"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
 
 
 def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
@@ -58,6 +70,21 @@ def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
                 target=obj.target,
                 keys=[obj.u32_key],
             )
+        case Clsact():
+            ipr.tc("add", "clsact", index=index)
+        case Redirect():
+            ipr.tc(
+                "add-filter",
+                "u32",
+                index=index,
+                parent=CLSACT_EGRESS,
+                prio=1,
+                protocol=protocols.ETH_P_ALL,
+                keys=["0x0/0x0+0"],  # every packet
+                target=0,  # no class: the action takes the packet
+                action={"kind": "mirred", "direction": "egress", "action": "redirect",
+                        "ifindex": obj.target},
+            )  # fmt: skip
 
 
 @cache
@@ -83,8 +110,9 @@ def apply_plans(
     plans: Iterable[InterfacePlan], sockets: Callable[[str], socket.socket] | None = None
 ) -> None:
     """Every plan, one netlink batch per namespace (netlink.py): the interfaces carry the
-    indexes the topology gave them, and each distinct tc object is encoded once. `sockets`:
-    the runtime's netlink socket of each namespace, when it keeps them."""
+    indexes the topology gave them, and each distinct tc object is encoded once. A queue is
+    built before the redirect that feeds it. `sockets`: the runtime's netlink socket of each
+    namespace, when it keeps them."""
     by_ns: dict[str, nl.Batch] = {}
     for p in plans:
         if not p.end.index:
@@ -95,5 +123,7 @@ def apply_plans(
         batch = by_ns[ns]
         for obj in p.objects:
             batch.add(tc_message(p.end.index, obj), f"{obj} on {p.end.ifname}")
+        for obj in p.feed:
+            batch.add(tc_message(p.end.port_index, obj), f"{obj} on {p.end.port}")
     for batch in by_ns.values():
         batch.commit()

@@ -11,6 +11,9 @@ shaped direction the plan is
        └─ ...
     u32 filters on parent 1:: TOS byte & 0xfc == DSCP << 2  →  class
 
+A host link's queues sit on ifb devices (topology.Link says why): its port gets a clsact
+qdisc whose egress filter redirects every packet to the ifb, where the plan above is built.
+
 HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on this
 kernel, see shared/reference), and the guaranteed `rate` of each class is small, so a
 backlogged low class keeps only its guaranteed share.
@@ -102,7 +105,20 @@ class DscpFilter:
         return f"0x{self.dscp << 2:02x}/0xfc+1"
 
 
-TcObject = Htb | HtbClass | Fifo | Netem | DscpFilter
+@dataclass(frozen=True)
+class Clsact:
+    """The hook for filters on an interface's egress, before its (absent) root qdisc."""
+
+
+@dataclass(frozen=True)
+class Redirect:
+    """A u32 filter on the clsact egress hook that matches every packet and hands it to the
+    egress of interface `target` (mirred): the clone it hands on belongs to no socket."""
+
+    target: int  # interface index, in the same namespace
+
+
+TcObject = Htb | HtbClass | Fifo | Netem | DscpFilter | Clsact | Redirect
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,7 @@ class InterfacePlan:
     classes: dict[str, str]  # class name → classid ("1:10")
     leaves: dict[str, str]  # class name → leaf qdisc handle ("10:")
     notes: tuple[str, ...] = field(default=())
+    feed: tuple[TcObject, ...] = ()  # on end.port_index: what hands its egress to the queue
 
 
 @dataclass(frozen=True)
@@ -199,7 +216,8 @@ def plan_interface(
         for cls in profile.classes:
             for d in cls.dscp:
                 objects.append(DscpFilter(ROOT, 10, classes[cls.name], d))
-    return InterfacePlan(end, rate, tuple(objects), classes, leaves, tuple(notes))
+    feed: tuple[TcObject, ...] = (Clsact(), Redirect(end.index)) if end.port_index else ()
+    return InterfacePlan(end, rate, tuple(objects), classes, leaves, tuple(notes), feed)
 
 
 def plan_links(

@@ -16,6 +16,8 @@ from pyroute2 import IPRoute, netns, protocols
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.namespaces import create_netns, inside
+from testbed.shaping.apply import tc_call
+from testbed.shaping.plan import Redirect
 
 HOW = {
     "veth": "CONFIG_VETH (modprobe veth)",
@@ -24,8 +26,12 @@ HOW = {
     "pfifo": "CONFIG_NET_SCH_FIFO (built into every kernel with qdiscs)",
     "u32": "CONFIG_NET_CLS_U32 (modprobe cls_u32)",
     "netem": "CONFIG_NET_SCH_NETEM (modprobe sch_netem)",
+    "ifb": "CONFIG_IFB (modprobe ifb)",
+    "clsact": "CONFIG_NET_SCH_INGRESS (modprobe sch_ingress)",
+    "mirred": "CONFIG_NET_ACT_MIRRED (modprobe act_mirred)",
 }
-REQUIRED = ("veth", "bridge", "htb", "pfifo", "u32")
+# ifb, clsact and mirred hold a host's uplink queue (topology.Link says why)
+REQUIRED = ("veth", "bridge", "htb", "pfifo", "u32", "ifb", "clsact", "mirred")
 
 
 @dataclass(frozen=True)
@@ -90,3 +96,8 @@ def _try_all(ipr, present: set[str]) -> None:
             keys=["0xb8/0xfc+1"],
         ),
     )
+    if attempt("ifb", lambda: ipr.link("add", ifname="pq", kind="ifb")) and attempt(
+        "clsact", lambda: ipr.tc("add", "clsact", index=i)
+    ):
+        # the very filter a run puts on a host's eth0
+        attempt("mirred", lambda: tc_call(ipr, i, Redirect(ipr.link_lookup(ifname="pq")[0])))

@@ -76,9 +76,9 @@ def test_iperf3_through_exec_measures_the_cap_both_ways_and_teardown_ends_it(tmp
         time.sleep(0.5)
         # A busy 2-core machine only takes rate away (a stalled sender or receiver): each
         # direction gets three tries and its best must be within 5 % of the cap; none of them
-        # may beat it. The sender keeps about 1 ms of data in its queue (TCP small queues), so
-        # short bursts of steal idle the link: in CI iperf3 -R gave 0.72-0.77 of the cap at
-        # 9-14 % steal, and 0.91-0.93 at 3.6-5 %. The lower bound is judged last, by the steal
+        # may beat it. Short bursts of steal idle the link (in CI, when TCP Small Queues still
+        # held the sender to about 1 ms of data in its queue, iperf3 -R gave 0.72-0.77 of the
+        # cap at 9-14 % steal, and 0.91-0.93 at 3.6-5 %). The lower bound is judged last, by the steal
         # over the best try itself (tests.bounds), after the rest of the test has run.
         best: dict[bool, tuple[float, dict]] = {}
         for reverse in (False, True):  # h1 → h2 (h1's uplink, h2's downlink), then back

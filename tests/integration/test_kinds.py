@@ -51,8 +51,14 @@ def test_incast_queries_meet_in_the_aggregators_downlink(tmp_path):
 
 
 def ensemble_run(tmp_path, **cfg):
+    """Queues of 10000 packets: every round's blocks start at once, and a queue that holds
+    them all drops nothing, so the network limit (a fluid bound) is what a model can reach.
+    With the profile's 1000, the synchronized blocks overflow the queues and Reno's losses
+    cost the models about a third of it (all-shared: 74-76 of 110.7 images/s, 5851 drops;
+    with 10000 packets 100-103, none dropped): real, but a property of TCP, not the pipeline
+    these tests check."""
     return run_scenario(tmp_path, {
-        "duration": "10s", "topology": {"hosts": 5, "link_rate": "100mbit"},
+        "duration": "10s", "topology": {"hosts": 5, "link_rate": "100mbit", "queue_limit": 10000},
         "measure": {"warmup": "2s", "cooldown": "1s"},
         "workloads": {"ensemble": {"kind": "ensemble", "batch": 8, "models": 4, **cfg}},
     })  # fmt: skip
@@ -135,7 +141,8 @@ def test_both_kinds_keep_scenario_time_when_dilated(tmp_path):
     the machine's clock beside it (K times longer)."""
     k, link = 10, 1e9
     s = run_scenario(tmp_path, {
-        "duration": "1.2s", "time_scale": k, "topology": {"hosts": 6, "link_rate": "1gbit"},
+        "duration": "1.2s", "time_scale": k,
+        "topology": {"hosts": 6, "link_rate": "1gbit", "queue_limit": 10000},  # see ensemble_run
         "measure": {"warmup": "0.2s", "cooldown": "0.1s", "drain": "1s"},
         "workloads": {
             "ensemble": {"kind": "ensemble", "pattern": "all-shared", "batch": 8,

@@ -63,13 +63,22 @@ def congested(tmp_path_factory):
     TCP is Reno (loss-based, as ns-3's NewReno in the thesis), not this machine's default BBR:
     with load both ways, every ACK waits behind the other direction's full 1000-packet queue,
     and BBR, which caps what it has in flight at twice its lowest RTT's worth, then leaves a
-    direction at 0.36-0.8 of the fabric (measured), so the fabric would not be congested."""
+    direction at 0.36-0.8 of the fabric (measured), so the fabric would not be congested.
+    Queues of 100 packets (60 ms at 20 Mbit/s), not the profile's 1000: the queues fill both
+    ways, and behind 600 ms ones an ACK's wait makes the round trip over a second, so the
+    5.5 s window holds a few round trips of Reno settling (35.2 of 40 Mbit/s measured)."""
     return run_scenario(
         tmp_path_factory.mktemp("ls"),
         {
             "duration": "8s",
             "measure": {"warmup": "2s", "cooldown": "0.5s"},
-            "topology": {**FABRIC, "link_rate": "50mbit", "fabric_rate": "20mbit", "tcp": "reno"},
+            "topology": {
+                **FABRIC,
+                "link_rate": "50mbit",
+                "fabric_rate": "20mbit",
+                "tcp": "reno",
+                "queue_limit": 100,
+            },
             "tc_profile": "thesis-2band",
             "workloads": {
                 "linkcheck": {

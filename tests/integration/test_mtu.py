@@ -41,10 +41,10 @@ def test_every_data_link_carries_9000_byte_packets_across_the_fabric():
 
 def best_second_bps(tmp_path: Path, summary: dict[str, Any]) -> float:
     """The best 1 s of the receiver's raw 100 ms byte counts inside the measured window. Steal
-    on this VM idles a single flow in bursts (likely TCP small queues: about 2 jumbo frames
-    wait in the shaper), which pulled the window's mean to 0.955 in CI while seconds run
-    clean; no second of a 1500-byte flow can pass 1448/1514, so the best second still tells
-    them apart."""
+    on this VM idles a single flow in bursts, which pulled the window's mean to 0.955 in CI
+    (when TCP Small Queues still held the sender to about 2 jumbo frames in the shaper, see
+    docs/network.md) while seconds run clean; no second of a 1500-byte flow can pass
+    1448/1514, so the best second still tells them apart."""
     (run_dir,) = (
         p.parent
         for p in tmp_path.glob("try*/run/summary.json")

@@ -1,12 +1,12 @@
 """Rates, directions, priority and classification, measured on real traffic."""
 
+import csv
+
 import pytest
 
 from tests.bounds import rate_at_least, time_at_most
 
-from .helpers import flows, link, run_scenario, run_until
-
-FRAME_PAYLOAD = 1448 / 1514  # TCP payload share of a full frame: the most goodput a cap allows
+from .helpers import assert_payload_crossed_the_wire, flows, link, run_scenario, run_until
 
 
 @pytest.mark.parametrize("rate", [10_000_000, 100_000_000])
@@ -22,11 +22,11 @@ def test_capped_link_measures_the_cap(tmp_path, rate):
         lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
     )
     assert s["status"] == "ok"
-    wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
+    up = link(s, "h1", "up")["classes"]["be"]
+    wire = up["rate_bps"]
     assert wire <= 1.05 * rate, f"uplink carried {wire / 1e6:.2f} Mbit/s"
     (flow,) = flows(s, src="h1", dst="h2")
-    ratio = flow["goodput_bps"] / rate
-    assert ratio <= FRAME_PAYLOAD * 1.01, f"goodput {ratio:.3f} of the cap"
+    assert_payload_crossed_the_wire([flow], up)
     rate_at_least(wire, 0.95 * rate, s, "the uplink's class counters")
     rate_at_least(flow["goodput_bps"], 0.90 * rate, s, "the flow's goodput")
 
@@ -54,8 +54,10 @@ def test_uplink_is_shaped(tmp_path):
     }
     s = run_unstalled(tmp_path, data, "h1", "up")
     total = sum(f["goodput_bps"] for f in flows(s, src="h1"))
-    wire = link(s, "h1", "up")["classes"]["be"]["rate_bps"]
-    assert total <= rate and wire <= 1.05 * rate, (total, wire)
+    up = link(s, "h1", "up")["classes"]["be"]
+    wire = up["rate_bps"]
+    assert wire <= 1.05 * rate, wire
+    assert_payload_crossed_the_wire(flows(s, src="h1"), up)
     rate_at_least(total, 0.88 * rate, s, "the two flows' goodput")
     rate_at_least(wire, 0.95 * rate, s, "h1's uplink")
 
@@ -71,8 +73,10 @@ def test_downlink_is_shaped(tmp_path):
     }
     s = run_unstalled(tmp_path, data, "h1", "down")
     total = sum(f["goodput_bps"] for f in flows(s, dst="h1"))
-    wire = link(s, "h1", "down")["classes"]["be"]["rate_bps"]
-    assert total <= rate and wire <= 1.05 * rate, (total, wire)
+    down = link(s, "h1", "down")["classes"]["be"]
+    wire = down["rate_bps"]
+    assert wire <= 1.05 * rate, wire
+    assert_payload_crossed_the_wire(flows(s, dst="h1"), down)
     for sender in ("h2", "h3"):
         assert link(s, sender, "up")["classes"]["be"]["rate_bps"] < 0.65 * rate
     rate_at_least(total, 0.88 * rate, s, "the two flows' goodput")
@@ -198,3 +202,40 @@ def test_short_transfers_in_high_class_bypass_a_backlogged_low_class(tmp_path):
     assert down["high"]["bytes"] >= sh["completed"] * 10_000
     # 10 KB at 20 Mbit/s is 4 ms on the wire; behind a full 1000-packet low FIFO it would be ~600 ms
     time_at_most(sh["fct_s"]["p50"], 0.05, s, "the short transfers' median completion time")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "node", "direction"), [("incast", "h1", "down"), ("outcast", "h1", "up")]
+)
+def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
+    tmp_path, pattern, node, direction
+):
+    """Three Reno flows share one 1000-packet FIFO: into h1 (its downlink, the switch port) or
+    out of h1 (its uplink). Reno grows its window until the queue overflows, so the queue must
+    reach its limit and drop, in packets of at most one frame each (docs/network.md). Broken
+    looks like: each sender held to a millisecond or so of its rate in the queue by TCP Small
+    Queues (the packets still charged to their sockets: ~190 packets, no drop in 14 s), or the
+    uplink queue holding TCP's segmentation batches (6 "packets" of 46 KB, no drop)."""
+    rate = 50_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "8s",
+            "topology": {"hosts": 4, "link_rate": rate},
+            "tc_profile": "fifo",
+            "workloads": {"linkcheck": {"pattern": pattern, "short": False}},
+        },
+    )
+    be = link(s, node, direction)["classes"]["be"]
+    assert be["drops"] > 0, f"{node} {direction}: nothing dropped ({be})"
+    frame = 1514
+    samples = [
+        r for r in csv.DictReader((tmp_path / "run" / "links.csv").open())
+        if (r["node"], r["direction"], r["class"]) == (node, direction, "be")
+    ]  # fmt: skip
+    most = max(int(r["backlog"]) for r in samples)
+    assert most >= 0.8 * 1000 * frame, f"the queue held at most {most / frame:.0f} frames"
+    assert most <= 1000 * frame, f"{most} bytes queued in 1000 packets: more than a frame each"
+    # the link still carries its rate: the drops are the queue's, not a stall's
+    assert be["rate_bps"] <= 1.02 * rate
+    rate_at_least(be["rate_bps"], 0.95 * rate, s, f"{node}'s {direction}link")

@@ -117,6 +117,22 @@ def test_a_veth_with_an_mtu_sets_it_on_both_ends(ref):
     assert mine == theirs
 
 
+def test_an_ifb_is_what_pyroute2_sends(ref):
+    theirs = ref(lambda b: b.link("add", ifname="eth0-up", index=102, kind="ifb", state="up"))
+    assert decoded(ifinfmsg, nl.ifb("eth0-up", 102)) == decoded(ifinfmsg, theirs)
+
+
+def test_a_hosts_eth0_takes_one_segment_per_packet():
+    """The peer (a host's eth0) carries IFLA_GSO_MAX_SEGS 1: TCP sizes its packets by it, so
+    the uplink queue after eth0's redirect holds packets, not segmentation batches."""
+    msg = decoded(ifinfmsg, nl.veth("h7", 1007, "eth0", 100, 9, master=100, peer_gso_max_segs=1))
+    ((_, info),) = [a for a in msg["attrs"] if a[0] == "IFLA_LINKINFO"]
+    ((_, data),) = [a for a in info["attrs"] if a[0] == "IFLA_INFO_DATA"]
+    peer = data["attrs"][0][1]
+    assert ("IFLA_GSO_MAX_SEGS", 1) in peer["attrs"]
+    assert not any(a[0] == "IFLA_GSO_MAX_SEGS" for a in msg["attrs"])  # the switch's end
+
+
 def test_enslave_and_isolate_by_name_are_what_pyroute2_sends(ref):
     enslave = ref(lambda b: b.link("set", ifname="tbxm3", master=41, state="up"))
     assert decoded(ifinfmsg, nl.enslave("tbxm3", 41)) == decoded(ifinfmsg, enslave)
@@ -138,9 +154,11 @@ def test_each_tc_copy_is_pyroute2s_encoding_for_that_interface(ref, profile):
     """Byte for byte, past the header's sequence number and port: the HTB rate tables and
     u32 keys do not depend on the interface, only the index at offset 20 does."""
     prof = TcProfile.model_validate(load_profile_data(profile, None))
-    plan = plan_interface(LinkEnd("h1", "up", "ns", "eth0", 100), LinkSpec(10**9), prof, False)
+    end = LinkEnd("h1", "up", "ns", "eth0-up", 102, port="eth0", port_index=100)
+    plan = plan_interface(end, LinkSpec(10**9), prof, False)
+    assert plan.feed  # the redirect into the ifb is copied the same way
     for index in (100, 1003, 2**20):
-        for obj in plan.objects:
+        for obj in (*plan.objects, *plan.feed):
             mine = tc_message(index, obj)
             theirs = ref(lambda b, o=obj, i=index: tc_call(b, i, o))
             assert len(mine) == len(theirs)

@@ -3,12 +3,14 @@
 import pytest
 
 from testbed.shaping.plan import (
+    Clsact,
     DscpFilter,
     Fifo,
     Htb,
     HtbClass,
     LinkSpec,
     Netem,
+    Redirect,
     burst_bytes,
     plan_interface,
 )
@@ -52,6 +54,16 @@ def test_thesis_2band_plan():
     filters = {f.dscp: f for f in of(p, DscpFilter)}
     assert filters[46].target == "1:10" and filters[46].u32_key == "0xb8/0xfc+1"
     assert filters[8].target == "1:11" and filters[8].u32_key == "0x20/0xfc+1"
+
+
+def test_a_queue_on_an_ifb_is_fed_by_its_ports_egress():
+    """A host's uplink: the classes on the ifb (eth0-up), and on eth0 a clsact hook whose
+    filter redirects every packet to the ifb; a queue on its own interface is fed by none."""
+    end = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0-up", 102, port="eth0", port_index=100)
+    p = plan_interface(end, LinkSpec(10**8), profile("thesis-2band"), False)
+    assert p.feed == (Clsact(), Redirect(102))
+    assert p.objects == plan_interface(END, LinkSpec(10**8), profile("thesis-2band"), False).objects
+    assert plan_interface(END, LinkSpec(10**8), profile("fifo"), False).feed == ()
 
 
 def test_queue_limit_overrides_profile():

@@ -386,7 +386,9 @@ def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, mo
 
     monkeypatch.setattr(preflight, "KERNEL_CACHE", tmp_path / "cache")
     probes: list[int] = []
-    full = frozenset({"veth", "bridge", "htb", "pfifo", "u32"})
+    from testbed.shaping.probe import REQUIRED
+
+    full = frozenset(REQUIRED)
 
     def fake_probe(name=None):
         probes.append(1)
@@ -398,3 +400,8 @@ def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, mo
     assert not preflight.kernel_capabilities().has("netem") and len(probes) == 1
     monkeypatch.setattr(preflight, "_kernel_identity", lambda: "boot-1 htb sch_netem")
     assert preflight.kernel_capabilities().has("netem") and len(probes) == 2
+    # an answer cached by a testbed that probed less is asked again
+    cached = json.loads((tmp_path / "cache").read_text())
+    (tmp_path / "cache").write_text(json.dumps({**cached, "probed": ["htb"]}))
+    preflight.kernel_capabilities()
+    assert len(probes) == 3
