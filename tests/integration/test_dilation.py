@@ -64,6 +64,9 @@ def test_the_summary_is_in_scenario_time(dilated):
         assert float(r["duration_wall_s"]) == pytest.approx(K * float(r["duration_s"]), rel=1e-6)
     resolved = (run / "scenario.yaml").read_text()
     assert "time_scale: 10" in resolved and "link_rate: 1gbit" in resolved
+    # Horovod's clocks, dilated: its cycle (1 ms) and how long Gloo waits for a peer (30 s)
+    env = json.loads((run / "horovod" / "backend-env.json").read_text())["env"]
+    assert env["HOROVOD_CYCLE_TIME"] == "10" and env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "300"
     # the event model's time for the job alone, in scenario time; the job runs in the low
     # class beside web-search flows, so it can only be slower (0.49-0.59 s seen)
     pred = for_scenario(load_scenario_data({"name": "p", **DATA}, "p"))["iteration_s"]

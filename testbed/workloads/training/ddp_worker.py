@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         addr, int(port), args.world, False, timeout=datetime.timedelta(seconds=120)
     )
     backend = cfg.get("dist_backend", "gloo")
-    dist.init_process_group(backend, store=store, rank=args.rank, world_size=args.world)
+    # torch's own 30 minutes for a collective to finish, dilated like every workload clock
+    timeout = datetime.timedelta(minutes=30 * cfg.get("time_scale", 1.0))
+    dist.init_process_group(
+        backend, store=store, rank=args.rank, world_size=args.world, timeout=timeout
+    )
     rec = Recorder(args.out, args.worker, args.rank, metrics, cfg.get("time_scale", 1.0))
     print(f"worker {args.worker}: rank {args.rank} of {args.world}, {backend}, mode {cfg['mode']}")
     dist.all_reduce(torch.zeros(1, device=device))  # every rank is connected

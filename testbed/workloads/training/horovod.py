@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import signal
 import time
 from pathlib import Path
@@ -47,6 +48,10 @@ log = logging.getLogger(__name__)
 WORKER_MODULE = "testbed.workloads.training.horovod_worker"
 # imported once per run by the fork server: ~2.5 s of CPU each that workers need not repeat
 PRELOAD = ("torch", "horovod.torch", WORKER_MODULE)
+# Horovod's Gloo waits this long for a peer's data before it shuts the job down: a workload
+# clock, dilated like the others. Undilated, one TCP retransmission timeout at ns-3's 1 s floor
+# (100 s of a ×100 run's clock) killed the job 30 s into the wait.
+GLOO_TIMEOUT_S = 30
 # NCCL over the emulated network: sockets on the data interface only, no InfiniBand, no
 # plugin, no shared-memory or peer-to-peer shortcuts between ranks on one machine (which would
 # bypass the shaped links entirely). Recorded in the run folder with the threads and sockets.
@@ -213,6 +218,7 @@ class HorovodJob(Controller):
             "NCCL_SOCKET_IFNAME": "eth0",
             "HOROVOD_FUSION_THRESHOLD": str(self.cfg.fusion_threshold),
             "HOROVOD_CYCLE_TIME": f"{self.cfg.cycle_time * 1e3:g}",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(math.ceil(GLOO_TIMEOUT_S * self.time_scale)),
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
             **(nccl_env(self.cfg) if self.on_gpu else {}),
