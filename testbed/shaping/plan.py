@@ -11,8 +11,8 @@ shaped direction the plan is
        └─ ...
     u32 filters on parent 1:: TOS byte & 0xfc == DSCP << 2  →  class
 
-A host link's queues sit on ifb devices (topology.Link says why): its port gets a clsact
-qdisc whose egress filter redirects every packet to the ifb, where the plan above is built.
+A host's uplink queue sits on an ifb (topology.Link says why): its eth0 gets a clsact qdisc
+whose egress filter redirects every packet to the ifb, where the plan above is built.
 
 HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on this
 kernel, see shared/reference), and the guaranteed `rate` of each class is small, so a
