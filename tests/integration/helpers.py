@@ -21,6 +21,22 @@ from testbed.state import STATE_DIR
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _runs_on_this_machine() -> set[str]:
+    """The ids of every run that has a namespace or a state file here."""
+    ids = set()
+    if NETNS_DIR.is_dir():
+        ids |= {m[1] for p in NETNS_DIR.iterdir() if (m := re.match(r"^tb-([0-9a-f]{6})-", p.name))}
+    if STATE_DIR.is_dir():
+        ids |= {p.name.split(".")[0] for p in STATE_DIR.iterdir() if not p.name.startswith(".")}
+    return ids
+
+
+# Runs whose objects were here before this test session began (a sweep killed with its shell
+# leaves them for `testbed down`): not the suite's to count. A test that runs `down` removes
+# them too, which once made "nothing left behind" fail on a clean run of the suite.
+BEFORE_THE_SUITE = _runs_on_this_machine()
+
+
 def present_objects() -> set[str]:
     """Everything on this machine that looks like a testbed object, but those of runs this test
     session did not start (`foreign_runs`)."""
@@ -53,15 +69,16 @@ def all_objects() -> set[str]:
 
 
 def foreign_runs() -> tuple[set[str], set[int]]:
-    """Runs live on this machine that this test session did not start (an experiment beside the
-    suite): their ids and orchestrator pids. Tests neither count their objects as left behind
-    nor tear them down: doing so once killed a user's sweep mid-run."""
+    """Runs on this machine that this test session did not start (an experiment beside the
+    suite, or what one left before the session began): their ids and live orchestrators'
+    pids. Tests neither count their objects as left behind nor tear live ones down: doing so
+    once killed a user's sweep mid-run."""
     import psutil
 
     from testbed.state import all_states
 
     me = os.getpid()
-    ids, pids = set(), set()
+    ids, pids = set(BEFORE_THE_SUITE), set()
     for st in all_states():
         if not st.alive():
             continue

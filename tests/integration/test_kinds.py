@@ -126,8 +126,17 @@ def test_preprocessing_binds_when_it_is_slower_than_the_network(tmp_path):
     s = ensemble_run(tmp_path, pattern="multi-broadcast", preprocessors=2, preprocess_rate=20)
     e = s["ensemble"]
     assert e["limits"]["preprocess"] == pytest.approx(40) and e["limits"]["limit"] == 40
+    # A model's rate runs from its first round's arrival to its last one's; the first can
+    # arrive up to one round's transit later than the last (a round's 3 blocks across the
+    # busiest link), which shortens that span and raises the rate by as much (one CI run:
+    # 40.6 images/s), never more.
+    transit = 3 * BLOCK * 8 / LINK
+    with open(tmp_path / "run" / "rounds.csv", newline="") as f:
+        rounds = [r for r in csv.DictReader(f) if r["measured"] == "True"]
     for model, rate in e["image_rate"]["per_model"].items():
-        assert rate <= 40 * 1.01, (model, rate)  # a round's clock edges: 1 %
+        t = sorted(float(r["ready"]) for r in rounds if r["model"] == model)
+        span = t[-1] - t[0]
+        assert rate <= 40 * span / (span - transit), (model, rate, span)
         rate_at_least(rate, 40 * 0.97, s, f"{model}'s images/s")
     b = e["bytes_sent"]
     # the bytes a delivered image cost: 2 blocks to 3 models each, for 16 images to 4 models
