@@ -2,8 +2,9 @@
 
     .venv/bin/python docs/results/thesis_exact_tables.py runs/thesis-exact
 
-Per cell: "low" against "same" per seed and their mean, beside the thesis (its text, chapter 5)
-and the 1/100 grid (docs/results/thesis-grid.md, mean over its seeds); the small flows split in
+Per cell: "low" against "same" per seed and their mean, beside the thesis (its text, chapter 5),
+the same cells before the queues filled (2026-11-25) and the 1/100 grid
+(docs/results/thesis-grid.md, mean over its seeds); the small flows split in
 thirds by FCT; and the physics of every run, computed here from its records and kernel counters
 (flows.csv, iterations.csv, summary.json's links), not from testbed's own checks.
 """
@@ -27,6 +28,13 @@ GRID = {
     "r16-3.125%": ("−14 %", "−1 %", "−2 %", "−1 %"),
     "r4-12.5%": ("+5 %", "−1 %", "−1 %", "+26 %"),
     "r2-12.5%": ("−2 %", "−3 %", "−1 %", "+36 %"),
+}
+# the same cells before 2026-11-26 (mean Δ of seeds 1 and 2): queues that never filled (TCP
+# Small Queues held every sender, docs/network.md) and ns-3's 1 s RTO floor
+BEFORE = {
+    "r16-3.125%": ("−41 %", "−13 %", "−7 %", "+0.0 %"),
+    "r4-12.5%": ("−53 %", "−49 %", "−41 %", "+17.0 %"),
+    "r2-12.5%": ("−74 %", "−72 %", "−62 %", "+66.2 %"),
 }
 CLASSES = ("small", "medium", "large")
 
@@ -82,8 +90,8 @@ def fmt_t(s: float) -> str:
 def cell_table(cell: str, seeds: dict[str, dict[str, Path]]) -> None:
     print(f"\n#### {cell}\n")
     heads = [f"seed {s}: same → low" for s in sorted(seeds)]
-    print("| | " + " | ".join(heads) + " | mean Δ | thesis | 1/100 grid |")
-    print("|---|" + "---|" * (len(heads) + 3))
+    print("| | " + " | ".join(heads) + " | mean Δ | thesis | before 2026-11-26 | 1/100 grid |")
+    print("|---|" + "---|" * (len(heads) + 4))
     rows = []
     for i, c in enumerate(CLASSES):
         rows.append((f"{c} flows, mean FCT", lambda s, c=c: s["websearch"]["fct_s"][c]["mean"], i))
@@ -99,7 +107,7 @@ def cell_table(cell: str, seeds: dict[str, dict[str, Path]]) -> None:
         print(
             f"| {label} | "
             + " | ".join(cells)
-            + f" | {m} | {THESIS[cell][ti]} | {GRID[cell][ti]} |"
+            + f" | {m} | {THESIS[cell][ti]} | {BEFORE[cell][ti]} | {GRID[cell][ti]} |"
         )
     counts = []
     for seed in sorted(seeds):
@@ -110,7 +118,7 @@ def cell_table(cell: str, seeds: dict[str, dict[str, Path]]) -> None:
     print(
         "| measured (small/medium/large; iterations same / low) | "
         + " | ".join(counts)
-        + " | | | |"
+        + " | | | | |"
     )
 
 
@@ -143,7 +151,8 @@ def thirds(seeds: dict[str, dict[str, Path]]) -> None:
 def physics(cells: dict[str, dict[str, dict[str, Path]]], wall_s: dict[str, str]) -> None:
     print("\n| run | fastest flow / link | min iteration / compute | high class / flow payload "
           "| low class / ring payload | arrivals / configured | offered load | censored, failed "
-          "| drops | TCP timeouts | busy, steal | wall |")  # fmt: skip
+          "| drops, uplinks / downlinks | TCP timeouts (segments retransmitted) | busy, steal "
+          "| wall |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for cell in cells:
         for seed in sorted(cells[cell]):
@@ -171,14 +180,19 @@ def physics(cells: dict[str, dict[str, dict[str, Path]]], wall_s: dict[str, str]
                     hi, lo_ = f"{(web_cls) / (payload + ring):.3f} (one class)", "–"
                 else:
                     hi, lo_ = f"{web_cls / payload:.3f}", f"{ring_cls / ring:.3f}"
-                drops = sum(c["drops"] for x in s["links"] for c in x["classes"].values())
+                drops = "{} / {}".format(*(
+                    sum(c["drops"] for x in s["links"] if x["direction"] == d
+                        for c in x["classes"].values())
+                    for d in ("up", "down")
+                ))  # fmt: skip
                 tcp = s.get("tcp") or {}
                 ar = w["arrival_rate_per_host"]
                 wall = f"{float(wall_s[p.name]):.0f} s" if p.name in wall_s else "?"
                 print(f"| {cell} s{seed} {scheme} | {fastest:.3f} | {h['min_iteration_over_compute']:.3f} "
                       f"| {hi} | {lo_} | {ar['achieved'] / ar['configured']:.3f} "
                       f"| {w['utilization_pct']['offered']:.2f} % of {w['utilization_pct']['configured']} % "
-                      f"| {w['censored']}, {w['failed']} | {drops} | {tcp.get('timeouts')} "
+                      f"| {w['censored']}, {w['failed']} | {drops} "
+                      f"| {tcp.get('timeouts')} ({tcp.get('retransmitted_segments')}) "
                       f"| {100 * s['host_cpu']['busy']:.0f} %, {100 * s['host_cpu']['steal']:.1f} % "
                       f"| {wall} |")  # fmt: skip
 
