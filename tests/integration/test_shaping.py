@@ -81,8 +81,10 @@ def test_downlink_is_shaped(tmp_path):
     wire = down["rate_bps"]
     assert wire <= 1.05 * rate, wire
     assert_payload_crossed_the_wire(flows(s, dst="h1"), down)
-    for sender in ("h2", "h3"):
-        assert link(s, sender, "up")["classes"]["be"]["rate_bps"] < 0.65 * rate
+    # Both sent, and neither at a full link: h1's downlink held them. Two Reno flows into one
+    # drop-tail queue need not split it evenly (one CI run: 37.3 Mbit/s for one of them).
+    ups = [link(s, sender, "up")["classes"]["be"]["rate_bps"] for sender in ("h2", "h3")]
+    assert all(0 < u < 0.95 * rate for u in ups), ups
     rate_at_least(total, 0.88 * rate, s, "the two flows' goodput")
     rate_at_least(wire, 0.95 * rate, s, "h1's downlink")
 
