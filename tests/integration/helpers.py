@@ -21,31 +21,15 @@ from testbed.state import STATE_DIR
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _runs_on_this_machine() -> set[str]:
-    """The ids of every run that has a namespace or a state file here."""
-    ids = set()
-    if NETNS_DIR.is_dir():
-        ids |= {m[1] for p in NETNS_DIR.iterdir() if (m := re.match(r"^tb-([0-9a-f]{6})-", p.name))}
-    if STATE_DIR.is_dir():
-        ids |= {p.name.split(".")[0] for p in STATE_DIR.iterdir() if not p.name.startswith(".")}
-    return ids
-
-
-# Runs whose objects were here before this test session began (a sweep killed with its shell
-# leaves them for `testbed down`): not the suite's to count. A test that runs `down` removes
-# them too, which once made "nothing left behind" fail on a clean run of the suite.
-BEFORE_THE_SUITE = _runs_on_this_machine()
-
-
 def present_objects() -> set[str]:
     """Everything on this machine that looks like a testbed object, but those of runs this test
-    session did not start (`foreign_runs`)."""
+    session did not start (`foreign_runs`) and what was here before the session began."""
     ids, pids = foreign_runs()
-    return {o for o in all_objects() if not of_runs(o, ids, pids)}
+    return {o for o in all_objects() - BEFORE_THE_SUITE if not of_runs(o, ids, pids)}
 
 
-def all_objects() -> set[str]:
-    """Everything on this machine that looks like a testbed object."""
+def kernel_objects() -> set[str]:
+    """testbed's namespaces, links and state files on this machine."""
     found = set()
     if NETNS_DIR.is_dir():
         found |= {f"netns:{p.name}" for p in NETNS_DIR.iterdir() if p.name.startswith("tb-")}
@@ -56,6 +40,18 @@ def all_objects() -> set[str]:
     }
     if STATE_DIR.is_dir():
         found |= {f"state:{p.name}" for p in STATE_DIR.iterdir() if not p.name.startswith(".")}
+    return found
+
+
+# What a run killed before this test session began left here (a sweep killed with its shell
+# leaves it for `testbed down`): not the suite's to count. A test that runs `down` removes it
+# too, which once made "nothing left behind" fail on a clean run of the suite.
+BEFORE_THE_SUITE = kernel_objects()
+
+
+def all_objects() -> set[str]:
+    """Everything on this machine that looks like a testbed object."""
+    found = kernel_objects()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -69,16 +65,15 @@ def all_objects() -> set[str]:
 
 
 def foreign_runs() -> tuple[set[str], set[int]]:
-    """Runs on this machine that this test session did not start (an experiment beside the
-    suite, or what one left before the session began): their ids and live orchestrators'
-    pids. Tests neither count their objects as left behind nor tear live ones down: doing so
-    once killed a user's sweep mid-run."""
+    """Runs live on this machine that this test session did not start (an experiment beside the
+    suite): their ids and orchestrator pids. Tests neither count their objects as left behind
+    nor tear them down: doing so once killed a user's sweep mid-run."""
     import psutil
 
     from testbed.state import all_states
 
     me = os.getpid()
-    ids, pids = set(BEFORE_THE_SUITE), set()
+    ids, pids = set(), set()
     for st in all_states():
         if not st.alive():
             continue
@@ -183,6 +178,12 @@ def run_until(
         if ok(s):
             break
     return s
+
+
+def last_run(tmp_path: Path) -> Path:
+    """The run folder whose summary the test holds: run_until's last try, or run_scenario's."""
+    tries = sorted(tmp_path.glob("try*/run"), key=lambda p: int(p.parent.name[3:]))
+    return tries[-1] if tries else tmp_path / "run"
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import pytest
 
 from tests.bounds import rate_at_least
 
-from .helpers import run_scenario, run_until
+from .helpers import last_run, run_scenario, run_until
 
 LINK = 100e6
 BLOCK = 8 * 150_528  # the ensemble's preprocessed block below: batch 8
@@ -58,7 +58,7 @@ def ensemble_run(tmp_path, ok=None, **cfg):
     with 10000 packets 100-103, none dropped): real, but a property of TCP, not the pipeline
     these tests check. With `ok`, a run that falls short of it is run again (run_until: one
     local run had every link at 80 Mbit/s with nothing queued or dropped, 82-85 images/s);
-    its records are then under `run_dir(tmp_path)`."""
+    its records are then under `last_run(tmp_path)`."""
     data = {
         "duration": "10s", "topology": {"hosts": 5, "link_rate": "100mbit", "queue_limit": 10000},
         "measure": {"warmup": "2s", "cooldown": "1s"},
@@ -67,19 +67,13 @@ def ensemble_run(tmp_path, ok=None, **cfg):
     return run_until(tmp_path, data, ok) if ok else run_scenario(tmp_path, data)
 
 
-def run_dir(tmp_path):
-    """The run whose summary the test holds: the last try's, when it was retried."""
-    tries = sorted(tmp_path.glob("try*/run"), key=lambda p: int(p.parent.name[3:]))
-    return tries[-1] if tries else tmp_path / "run"
-
-
 def at_most(tmp_path, e: dict, model: str, limit: float) -> float:
     """The most a model's reported rate may read when its rounds come at `limit` images/s.
     The rate runs from the model's first measured round's arrival to its last one's; the
     first can arrive up to one round's transit across the busiest link later than the last
     (its blocks queued behind the round before), which shortens that span and raises the rate
     by as much, never more (CI runs: 40.6 against 40, 33.36 against 33.22)."""
-    with open(run_dir(tmp_path) / "rounds.csv", newline="") as f:
+    with open(last_run(tmp_path) / "rounds.csv", newline="") as f:
         rounds = [r for r in csv.DictReader(f) if r["measured"] == "True" and r["model"] == model]
     t = sorted(float(r["ready"]) for r in rounds)
     span = t[-1] - t[0]
@@ -122,7 +116,7 @@ def test_each_pattern_runs_at_its_busiest_link(tmp_path, cfg, limit, busy, idle)
     sending = min(uplink(s, h) for h in busy)
     for h in idle:  # ACKs only: a few % of what a sender carries
         assert uplink(s, h) < 0.1 * sending, (h, uplink(s, h), sending)
-    with open(run_dir(tmp_path) / "rounds.csv", newline="") as f:
+    with open(last_run(tmp_path) / "rounds.csv", newline="") as f:
         rounds = list(csv.DictReader(f))
     assert {r["model"] for r in rounds} == {"h1", "h2", "h3", "h4"}
     assert sum(int(r["images"]) for r in rounds) == e["images_delivered"]
