@@ -45,6 +45,7 @@ CORE: dict[str, Any] = {
     "time_scale": "1",
     "drain_s": "wall",
     "tcp_rto_min_s": "s",
+    "tcp_rcvbuf_bytes": "B",
     "tcp": {
         "segments_sent": "1",
         "retransmitted_segments": "1",

@@ -458,6 +458,7 @@ def _live(
             "topology": topo.kind,
             "tcp_congestion": preflight.tcp_congestion(s),
             "tcp_rto_min_s": preflight.tcp_rto_min(s),
+            "tcp_rcvbuf_bytes": s.topology.tcp_rcvbuf,  # None: the machine's autotuning
             "started_at": window.t0,
             "window": {**window.summary(), "edges_late_s": late_edges},
             "host_cpu": host_cpu,

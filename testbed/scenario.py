@@ -134,6 +134,15 @@ class Topology(BaseModel):
         "(net.ipv4.tcp_rto_min_us, Linux ≥ 6.11); unset: the kernel's 200 ms of real time, "
         "which time_scale K makes 200/K ms of scenario time; ns-3's default is 1s",
     )
+    tcp_rcvbuf: Size | None = Field(
+        None,
+        ge=4096,
+        le=1 << 30,
+        description="every host's TCP receive buffer, fixed (net.ipv4.tcp_rmem, autotuning "
+        "off): it bounds what a flow has in flight, as ns-3's RcvBufSize (131072 B) does; "
+        "Linux advertises about 0.6 of it as window, the rest pays for its per-packet "
+        "overhead; unset: the machine's autotuning, up to its tcp_rmem maximum",
+    )
     prefix: Prefix = Field(
         ipaddress.IPv4Network("10.10.0.0/24"),
         description="data addresses (the shaped network); the default grows to fit the hosts",
@@ -257,7 +266,8 @@ class Measure(BaseModel):
 # they may not be a top-level summary key, nor a name the mapping itself answers to.
 RESERVED_NAMES = frozenset({
     "scenario", "run_id", "runtime", "duration_s", "seed", "tc_profile", "topology",
-    "tcp_congestion", "tcp_rto_min_s", "tcp", "started_at", "window", "host_cpu", "setup_s", "drain_s", "links",
+    "tcp_congestion", "tcp_rto_min_s", "tcp_rcvbuf_bytes", "tcp", "started_at", "window",
+    "host_cpu", "setup_s", "drain_s", "links",
     "metrics", "status", "error", "warnings", "teardown_s", "hold", "time_scale", "wall",
     "workloads", "predicted", *dir(dict),
     "orchestrator", "prometheus", "plots",  # the run's own scrape target and folders

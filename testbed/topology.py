@@ -172,6 +172,7 @@ class TopologyPlan:
     hosts_per_switch: int
     tcp_congestion: str | None = None  # set in every host; None: the machine's default
     tcp_rto_min_us: int | None = None  # set in every host; None: the kernel's (200 ms)
+    tcp_rcvbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
     mtu: int = 1500  # every data link; the management network keeps 1500
 
     @property
@@ -384,4 +385,5 @@ def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
         tcp_congestion=tcp,
         mtu=s.topology.mtu,
         tcp_rto_min_us=round(rto * 1e6) if rto is not None else None,
+        tcp_rcvbuf=s.topology.tcp_rcvbuf,
     )

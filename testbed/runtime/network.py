@@ -195,6 +195,10 @@ class Network:
                 write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", p.tcp_congestion)
             if p.tcp_rto_min_us is not None:  # per namespace (preflight checked it exists)
                 write_sysctl(h.netns, "net.ipv4.tcp_rto_min_us", str(p.tcp_rto_min_us))
+            if p.tcp_rcvbuf is not None:  # per namespace since Linux 4.15
+                b = str(p.tcp_rcvbuf)
+                write_sysctl(h.netns, "net.ipv4.tcp_rmem", f"4096 {b} {b}",
+                             "net.ipv4.tcp_moderate_rcvbuf", "0")  # fmt: skip
         self._build_management()
 
     def _build_switch(self, sw: Switch, create: nl.Batch, configure: nl.Batch) -> None:

@@ -6,7 +6,14 @@ import pytest
 
 from tests.bounds import rate_at_least, time_at_most
 
-from .helpers import assert_payload_crossed_the_wire, flows, link, run_scenario, run_until
+from .helpers import (
+    assert_payload_crossed_the_wire,
+    flows,
+    last_run,
+    link,
+    run_scenario,
+    run_until,
+)
 
 
 @pytest.mark.parametrize("rate", [10_000_000, 100_000_000])
@@ -245,3 +252,34 @@ def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
     # the link still carries its rate: the drops are the queue's, not a stall's
     assert be["rate_bps"] <= 1.02 * rate
     rate_at_least(be["rate_bps"], 0.95 * rate, s, f"{node}'s {direction}link")
+
+
+def test_a_fixed_receive_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
+    """topology.tcp_rcvbuf fixes every host's receive buffer, so a flow's window, and with it
+    the queue one backlogged flow builds, stays within it: ns-3's RcvBufSize, which keeps the
+    thesis' flows from ever filling a 1000-packet port alone. Without it Reno grows its window
+    until the 1000-packet FIFO (1.5 MB) overflows (the test above); with 200 KB the queue holds
+    at most the window (Linux advertises ~0.6 of the buffer) and nothing is dropped, while the
+    link stays full."""
+    rate, rcvbuf = 50_000_000, 200_000
+    s = run_until(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate, "tcp_rcvbuf": "200KB"},
+            "tc_profile": "fifo",
+            "workloads": {"linkcheck": {"pattern": "single", "short": False}},
+        },
+        lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
+    )
+    assert s["tcp_rcvbuf_bytes"] == rcvbuf
+    be = link(s, "h1", "up")["classes"]["be"]
+    samples = [
+        int(r["backlog"]) for r in csv.DictReader((last_run(tmp_path) / "links.csv").open())
+        if (r["node"], r["direction"], r["class"]) == ("h1", "up", "be")
+    ]  # fmt: skip
+    assert max(samples) <= rcvbuf, f"{max(samples)} bytes queued behind a {rcvbuf} B buffer"
+    assert be["drops"] == 0, f"a window within the buffer overflowed the queue: {be}"
+    assert max(samples) >= 0.25 * rcvbuf, f"the window stayed at {max(samples)} B"
+    assert be["rate_bps"] <= 1.02 * rate
+    rate_at_least(be["rate_bps"], 0.95 * rate, s, "h1's uplink")

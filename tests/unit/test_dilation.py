@@ -79,6 +79,17 @@ def test_a_minimum_rto_in_scenario_time_is_k_times_longer_on_the_machine():
     assert build_plan(load_scenario_data(THESIS, "t.yaml"), "abcdef").tcp_rto_min_us is None
 
 
+def test_a_receive_buffer_is_bytes_and_is_not_dilated():
+    """Sizes are kept at any K: the thesis' 128 KB window is 128 KB on the machine too."""
+    from testbed.topology import build_plan
+
+    topo = {**THESIS["topology"], "tcp_rcvbuf": "210KB"}
+    s = wall_scenario(load_scenario_data({**THESIS, "topology": topo}, "t.yaml"))
+    assert s.topology.tcp_rcvbuf == 210_000
+    assert build_plan(s, "abcdef").tcp_rcvbuf == 210_000
+    assert build_plan(load_scenario_data(THESIS, "t.yaml"), "abcdef").tcp_rcvbuf is None
+
+
 def test_time_scale_one_changes_nothing():
     s = load_scenario_data({**THESIS, "time_scale": 1}, "t.yaml")
     assert dilation.wall_overrides(s) == {} and wall_scenario(s) is s

@@ -73,6 +73,10 @@ def test_defaults():
         (lambda d: d["topology"].update(hostz=3), "topology.hostz: unknown field"),
         (lambda d: d["topology"].update(mtu=65000), "topology.mtu: must be ≤ 9216, got 65000"),
         (lambda d: d["topology"].update(mtu=100), "topology.mtu: must be ≥ 576, got 100"),
+        (
+            lambda d: d["topology"].update(tcp_rcvbuf="1KB"),
+            "topology.tcp_rcvbuf: must be ≥ 4096, got '1KB'",
+        ),
         (lambda d: d["topology"].update(tcp=None), "topology.tcp: must be a string, got nothing"),
         (lambda d: d.update(runtime="vm"), "runtime: must be one of 'netns' or 'docker', got 'vm'"),
         (lambda d: d.update(duration="-1s"), "duration: must be > 0"),
