@@ -1,6 +1,7 @@
 """Rates, directions, priority and classification, measured on real traffic."""
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -217,6 +218,15 @@ def test_short_transfers_in_high_class_bypass_a_backlogged_low_class(tmp_path):
     time_at_most(sh["fct_s"]["p50"], 0.05, s, "the short transfers' median completion time")
 
 
+def backlogs(run: Path, node: str, direction: str, cls: str = "be") -> list[int]:
+    """Bytes queued in one class of one link direction at each of the run's samples."""
+    with (run / "links.csv").open(newline="") as f:
+        return [
+            int(r["backlog"]) for r in csv.DictReader(f)
+            if (r["node"], r["direction"], r["class"]) == (node, direction, cls)
+        ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("pattern", "node", "direction"), [("incast", "h1", "down"), ("outcast", "h1", "up")]
 )
@@ -242,11 +252,7 @@ def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
     be = link(s, node, direction)["classes"]["be"]
     assert be["drops"] > 0, f"{node} {direction}: nothing dropped ({be})"
     frame = 1514
-    samples = [
-        r for r in csv.DictReader((tmp_path / "run" / "links.csv").open())
-        if (r["node"], r["direction"], r["class"]) == (node, direction, "be")
-    ]  # fmt: skip
-    most = max(int(r["backlog"]) for r in samples)
+    most = max(backlogs(tmp_path / "run", node, direction))
     assert most >= 0.8 * 1000 * frame, f"the queue held at most {most / frame:.0f} frames"
     assert most <= 1000 * frame, f"{most} bytes queued in 1000 packets: more than a frame each"
     # the link still carries its rate: the drops are the queue's, not a stall's
@@ -274,10 +280,7 @@ def test_a_fixed_receive_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
     )
     assert s["tcp_rcvbuf_bytes"] == rcvbuf
     be = link(s, "h1", "up")["classes"]["be"]
-    samples = [
-        int(r["backlog"]) for r in csv.DictReader((last_run(tmp_path) / "links.csv").open())
-        if (r["node"], r["direction"], r["class"]) == ("h1", "up", "be")
-    ]  # fmt: skip
+    samples = backlogs(last_run(tmp_path), "h1", "up")
     assert max(samples) <= rcvbuf, f"{max(samples)} bytes queued behind a {rcvbuf} B buffer"
     assert be["drops"] == 0, f"a window within the buffer overflowed the queue: {be}"
     assert max(samples) >= 0.25 * rcvbuf, f"the window stayed at {max(samples)} B"
