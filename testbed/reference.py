@@ -164,7 +164,7 @@ def markdown() -> str:
         "",
         "## TcProfile",
         "",
-        "`tc_profile:` a name from `tc_profiles/`, a path to a YAML file, or inline:",
+        "`tc_profile:` a name from `testbed/tc_profiles/`, a path to a YAML file, or inline:",
         "",
         *_table(defs["TcProfile"]),
         "",

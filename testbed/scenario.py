@@ -464,7 +464,7 @@ class Scenario(BaseModel):
     tc_profile: TcProfile = Field(
         "fifo",  # type: ignore[assignment]  # resolved by the validator below
         validate_default=True,
-        description="a profile name from tc_profiles/, a path to a YAML file, or an inline profile",
+        description="a profile name from testbed/tc_profiles/, a path to a YAML file, or an inline profile",
     )
     workloads: WorkloadsField = Field(
         default_factory=Workloads,
@@ -677,7 +677,7 @@ def json_schema() -> dict[str, Any]:
     schema["properties"]["tc_profile"] = {
         "anyOf": [{"type": "string"}, {"$ref": "#/$defs/TcProfile"}],
         "default": "fifo",
-        "description": "a profile name from tc_profiles/, a path to a YAML file, or an inline profile",
+        "description": "a profile name from testbed/tc_profiles/, a path to a YAML file, or an inline profile",
     }
     defs = schema.setdefault("$defs", {})
     refs = []

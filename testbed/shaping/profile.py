@@ -150,8 +150,9 @@ class TcProfile(BaseModel):
 
 
 def profiles_dir() -> Path:
-    """The shipped profiles: `tc_profiles/` at the top of the source tree."""
-    return Path(__file__).resolve().parents[2] / "tc_profiles"
+    """The shipped profiles: `testbed/tc_profiles/`, package data, so that an installed (not
+    editable) testbed has them too."""
+    return Path(__file__).resolve().parents[1] / "tc_profiles"
 
 
 def shipped_profiles() -> list[str]:
@@ -159,7 +160,8 @@ def shipped_profiles() -> list[str]:
 
 
 def find_profile(ref: str, base_dir: Path | None) -> Path:
-    """Resolve a profile reference: a path to a YAML file, or a name in tc_profiles/."""
+    """Resolve a profile reference: a path to a YAML file, or a name in the scenario's own
+    tc_profiles/ folder or the shipped ones."""
     candidates: list[Path] = []
     if ref.endswith((".yaml", ".yml")) or "/" in ref:
         p = Path(ref)

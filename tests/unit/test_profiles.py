@@ -1,3 +1,9 @@
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -83,3 +89,22 @@ def test_nine_classes_in_a_scenario_name_the_field(tmp_path):
     msg = str(e.value)
     assert "\n" not in msg
     assert "tc_profile.classes: 9 classes, but HTB has only 8 priorities" in msg
+
+
+def test_an_installed_testbed_ships_its_profiles(tmp_path):
+    """A wheel (pip install ., not editable) must hold the shipped profiles: on the GPU machine
+    a non-editable install once found none, and every scenario naming thesis-2band failed."""
+    root = Path(__file__).resolve().parents[2]
+    src = tmp_path / "src"  # a copy: setuptools builds in place (build/, *.egg-info)
+    shutil.copytree(root / "testbed", src / "testbed", ignore=shutil.ignore_patterns("__pycache__"))
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(root / f, src / f)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path / "dist"), str(src)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (tmp_path / "dist").glob("testbed-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "thesis-2band" in shipped_profiles()
+    assert {f"testbed/tc_profiles/{n}.yaml" for n in shipped_profiles()} <= names
