@@ -65,8 +65,11 @@ command -v cmake >/dev/null || "$PY" -c 'import cmake' 2>/dev/null \
   || die "Horovod's build needs cmake: apt-get install cmake (or $PY -m pip install cmake)"
 root="${TESTBED_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/testbed/wheels}"
 
+# CMAKE_POLICY_VERSION_MINIMUM: CMake 4 refuses the cmake_minimum_required(< 3.5) of Horovod's
+# bundled third-party projects unless told which policies to assume; CMake 3 ignores it
 env_vars=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
-          HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 "MAKEFLAGS=-j$(nproc)")
+          HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 "MAKEFLAGS=-j$(nproc)"
+          CMAKE_POLICY_VERSION_MINIMUM=3.5)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ "$gpu" = 0 ]; then
@@ -131,6 +134,11 @@ sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
   "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
 sed -i 's/set(CMAKE_CUDA_STANDARD 11)/set(CMAKE_CUDA_STANDARD 17)/' \
   "$src/horovod/common/ops/cuda/CMakeLists.txt"
+# GCC 13 no longer pulls <string> and <stdexcept> in through other headers (seen on the
+# device's GCC 13.3: "'string' in namespace 'std' does not name a type" in group_table.h,
+# "'logic_error' is not a member of 'std'" in common.h)
+sed -i '0,/^#include/s//#include <string>\n#include/' "$src/horovod/common/group_table.h"
+sed -i '0,/^#include/s//#include <stdexcept>\n#include/' "$src/horovod/common/common.h"
 
 mkdir -p "$cache"
 log="$cache/build.log"

@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # The GPU checks on a lent GPU machine (the `device` tool). This development
 # machine has no GPU, so the GPU path is verified only where one is lent; this script makes
-# such a lease short: one call for torch-ddp, one for Horovod.
+# such a lease short: one call does everything.
 #
 #   bash scripts/gpu-device.sh prepare   HERE: fills .gpu-carry/ (git-ignored) with what the
 #                                        device image lacks (it cannot reach a package index)
-#   then, with the device tool:
-#     run  command: bash scripts/gpu-device.sh check ddp       carry: [".gpu-carry"]
-#     run  command: bash scripts/gpu-device.sh check horovod   carry: [".gpu-carry"]
-#   (`check all` does both: about 8 minutes with the Horovod build, close to one call's 10.)
+#   then, with the device tool (timeout_s 590; about 7 minutes, the machine's start on top):
+#     run  command: bash scripts/gpu-device.sh check all      carry: [".gpu-carry"]
+#   `check ddp`, `check horovod` (with the anchor beside its build), `check anchor` and
+#   `check extras` run one part each.
 #
 # The device image (/work/.library/device/KINDS.md): python3 is 3.12 with torch 2.11+cu130,
 # NCCL (nvidia-nccl-cu13), torchvision, cmake, nvcc 13.0 and pytest; no Docker, no Prometheus,
 # no pyroute2 or pydantic. `prepare` downloads this checkout's versions of what is missing as
 # cp312 wheels, the Horovod sdist (built there with scripts/build-horovod.sh --gpu, since the
-# GPU wheel built here is cp311) and a gzipped Prometheus. `check` writes check.log, the
-# benchmark's JSON line and the runs' records (runs.tgz) under $OUT, which come back. On a
-# machine whose nvidia-smi lists GPUs a check fails unless every selected GPU test ran and
-# passed (no skips) and the benchmark printed its figures.
+# GPU wheel built here is cp311), a gzipped Prometheus and this machine's iptables (used there
+# only if the image has none that answers). `check all` builds Horovod in the background while
+# the DDP tests run (the benchmark waits for the build, so its timings see an idle machine),
+# then runs the Horovod test and the extras: examples/gpu-web-{same,low}.yaml (web search beside
+# a GPU job, job in the same band and in the low band) and examples/gpu-real.yaml (a minute of
+# real training). Everything comes back in $OUT: the logs, the benchmark's JSON line and
+# records.tgz (pytest's XML, summaries, worker logs). On a machine whose nvidia-smi lists GPUs
+# a check fails unless every selected GPU test ran and passed (no skips), the benchmark
+# printed its figures and the extra runs ended ok.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -47,14 +52,44 @@ EOF
   local prom
   prom=$(command -v prometheus) || die "no prometheus binary here (apt-get install prometheus)"
   gzip -c "$prom" > "$carry/prometheus.gz"
+  # iptables (the DSCP rule) as this machine has it: the multi binaries, their libraries and
+  # extensions; setup_device installs it only where the image's iptables is missing or fails
+  local lib=/lib/x86_64-linux-gnu ipt="$carry/iptables"
+  mkdir -p "$ipt/bin" "$ipt/lib"
+  cp /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi "$ipt/bin/" \
+    || die "no /usr/sbin/xtables-*-multi here (apt-get install iptables)"
+  for l in libip4tc.so.2 libip6tc.so.2 libmnl.so.0 libnetfilter_conntrack.so.3 \
+           libnfnetlink.so.0 libnftnl.so.11 libxtables.so.12; do
+    cp -L "$lib/$l" "$ipt/lib/" || die "no $lib/$l here"
+  done
+  cp -r "$lib/xtables" "$ipt/xtables"
   du -sh "$carry"
   echo "carry .gpu-carry (the device call's tree may hold 64 MiB in all)"
+}
+
+use_iptables() {
+  if iptables -w -t mangle -S >/dev/null 2>&1; then
+    echo "iptables mangle: ok (the image's)"
+  else
+    local ipt="$carry/iptables" m
+    for m in nft legacy; do
+      LD_LIBRARY_PATH="$ipt/lib" XTABLES_LIBDIR="$ipt/xtables" \
+        bash -c "exec -a iptables '$ipt/bin/xtables-$m-multi' -w -t mangle -S" >/dev/null 2>&1 || continue
+      printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%q XTABLES_LIBDIR=%q exec -a iptables %q "$@"\n' \
+        "$ipt/lib" "$ipt/xtables" "$ipt/bin/xtables-$m-multi" > /usr/local/bin/iptables
+      chmod +x /usr/local/bin/iptables && hash -r
+      echo "iptables mangle: ok (carried, $m backend)"
+      break
+    done
+    iptables -w -t mangle -S >/dev/null || echo "iptables mangle: FAILS (the image's and the carried)"
+  fi
 }
 
 setup_device() {
   echo "== machine"
   nvidia-smi -L || die "no nvidia-smi: this is not a GPU machine"
-  uname -r
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
+  uname -r; nproc
   python3 - <<'EOF'
 import sys, torch
 print(sys.executable, sys.version.split()[0], "torch", torch.__version__, "cuda",
@@ -62,10 +97,14 @@ print(sys.executable, sys.version.split()[0], "torch", torch.__version__, "cuda"
       torch.cuda.nccl.version() if torch.cuda.is_available() else None)
 EOF
   cat /proc/sys/net/ipv4/tcp_allowed_congestion_control
+  [ -d "$carry/whl" ] || die "no .gpu-carry/whl: run 'bash scripts/gpu-device.sh prepare' here and carry .gpu-carry"
+  # the kernel's options testbed leans on, where the kernel shows its config
+  { [ -r /proc/config.gz ] && zcat /proc/config.gz || cat "/boot/config-$(uname -r)" 2>/dev/null; } \
+    | grep -E '^# CONFIG_|^CONFIG_' | grep -E 'CONFIG_(NET_NS|VETH|IFB|NET_SCH_(HTB|TBF|NETEM|PRIO|FQ)|NET_CLS_(U32|FLOWER|BPF)|NET_ACT_MIRRED|NETFILTER_XT_(MATCH_OWNER|TARGET_DSCP)|IP_NF_MANGLE|NF_TABLES|BRIDGE|VXLAN)[ =]' \
+    || echo "kernel config: not readable"
   for b in setpriv nsenter iptables; do printf '%s: %s\n' "$b" "$(command -v $b || echo MISSING)"; done
   # the training's DSCP rule: iptables with the kernel's owner match and DSCP target
-  iptables -w -t mangle -S >/dev/null && echo "iptables mangle: ok" || echo "iptables mangle: FAILS"
-  [ -d "$carry/whl" ] || die "no .gpu-carry/whl: run 'bash scripts/gpu-device.sh prepare' here and carry .gpu-carry"
+  use_iptables
   echo "== install (no index: the carried wheels, then testbed from this tree)"
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "$carry"/whl/*.whl \
     || die "pip could not install the carried wheels"
@@ -75,23 +114,39 @@ EOF
   prometheus --version 2>&1 | head -1
 }
 
-records() {
-  # summaries, NCCL settings and worker logs of every run the tests made: one file comes back
-  (cd /tmp/gpu-pt 2>/dev/null && find . \( -name summary.json -o -name backend-env.json \
-    -o -name 'worker-*.log' -o -name testbed.log \) -print0 \
-    | tar --null -czf "$OUT/runs-$1.tgz" -T -) || true
+REC=/tmp/gpu-rec  # what comes back packed in $OUT/records.tgz (the tool returns 8 files at most)
+
+# Each step gets what is left of the call's budget (GPU_CHECK_BUDGET seconds from the start,
+# default 540 of the device call's 590), so the records are packed before the call is killed.
+left() { echo $(( DEADLINE - SECONDS )); }
+step() {  # step SECONDS-AT-LEAST CMD...: run CMD under what is left, or say why not
+  local need=$1; shift
+  local t=$(( $(left) - 20 ))
+  if [ "$t" -lt "$need" ]; then echo "gpu-device.sh: out of time (${t}s left): skipped $*" >&2; return 1; fi
+  timeout -k 10 "$t" "$@"
+}
+
+pack() {
+  # summaries, NCCL settings, worker logs and reports of every run the checks made; pytest's XML
+  (cd / && find tmp/gpu-pt tmp/gpu-runs "${REC#/}" \( -name summary.json -o -name backend-env.json \
+    -o -name 'worker-*.log' -o -name testbed.log -o -name '*.xml' -o -name '*.err' \
+    -o -name '*.txt' \) -print0 2>/dev/null | tar --null -czf "$OUT/records.tgz" -T -) || true
 }
 
 # pytest's exit status is 0 when every test skipped; on a machine that lists GPUs a skipped GPU
 # test is a check that did not happen. Every selected test must have run and passed.
 gpu_tests() {  # gpu_tests NAME PYTEST-ARGS...
   local name=$1; shift
-  python3 -m pytest -q -rA -p no:cacheprovider --basetemp=/tmp/gpu-pt \
-    --junitxml="$OUT/pytest-$name.xml" tests/gpu "$@"
+  mkdir -p /tmp/gpu-pt  # pytest makes --basetemp, not its parents
+  step 60 python3 -m pytest -q -rA -p no:cacheprovider --basetemp="/tmp/gpu-pt/$name" \
+    --junitxml="$REC/pytest-$name.xml" tests/gpu "$@"
   local rc=$?
-  python3 - "$OUT/pytest-$name.xml" <<'PY' || rc=1
+  python3 - "$REC/pytest-$name.xml" <<'PY' || rc=1
 import sys, xml.etree.ElementTree as ET
-s = ET.parse(sys.argv[1]).getroot()
+try:
+    s = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError) as e:
+    sys.exit(f"gpu-device.sh: pytest wrote no report ({e})")
 s = s if s.tag == "testsuite" else s.find("testsuite")
 n, bad = int(s.get("tests")), {k: int(s.get(k)) for k in ("failures", "errors", "skipped")}
 print(f"gpu tests: {n} collected, {bad}")
@@ -101,52 +156,112 @@ PY
   return $rc
 }
 
-check_ddp() {
-  echo "== torch-ddp over NCCL: tests/gpu, then benchmarks/gpu.py"
-  local rc=0
-  gpu_tests ddp -k "not horovod" || rc=1
-  records ddp
-  python3 benchmarks/gpu.py | tee "$OUT/gpu-bench.txt"
-  # the figures are the point: no JSON line (no GPU seen, a crash) fails the check
-  tail -n1 "$OUT/gpu-bench.txt" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert {"nccl_wire_ratio","iteration_error"} <= set(d)' \
-    || { echo "gpu-device.sh: benchmarks/gpu.py printed no figures" >&2; rc=1; }
-  return $rc
-}
-
-check_horovod() {
-  echo "== Horovod with NCCL: build the GPU wheel (cp312) from the carried sdist"
-  local sdist whl
+build_horovod() {  # prints the wheel's path on its last line
+  local sdist
   sdist=$(ls "$carry"/horovod-0.28.1.tar.gz) || die "no Horovod sdist in .gpu-carry"
   python3 -m pip install -q --no-index --no-deps "$carry"/whl/cffi-*.whl "$carry"/whl/pycparser-*.whl
-  whl=$(bash "$here/scripts/build-horovod.sh" --gpu --python "$(command -v python3)" --sdist "$sdist" \
-    2> >(tee "$OUT/build-horovod.err" >&2) | tail -1) || die "the Horovod GPU build failed (build-horovod.err)"
-  python3 -m pip install -q --no-index --no-deps --force-reinstall "$whl" || die "could not install $whl"
-  python3 -c 'import horovod.torch as h, sys; print("horovod nccl_built", h.nccl_built()); sys.exit(not h.nccl_built())' \
-    || die "the Horovod just built has no NCCL"
-  local rc=0
-  gpu_tests horovod -k horovod || rc=1
-  records horovod
+  # the cache in /tmp, so that the build's log comes back with the records
+  TESTBED_WHEEL_CACHE=/tmp/hvd-cache bash "$here/scripts/build-horovod.sh" --gpu \
+    --python "$(command -v python3)" --sdist "$sdist" 2>"$REC/build-horovod.err"
+  local rc=$?
+  cp /tmp/hvd-cache/torch-*/build.log "$REC/build-horovod.txt" 2>/dev/null
   return $rc
 }
 
+check_ddp_tests() {
+  echo "== torch-ddp over NCCL: tests/gpu"
+  gpu_tests ddp -k "not horovod"
+}
+
+check_bench() {
+  echo "== benchmarks/gpu.py"
+  step 60 python3 benchmarks/gpu.py | tee "$OUT/gpu-bench.txt"
+  # the figures are the point: no JSON line (no GPU seen, a crash) fails the check
+  tail -n1 "$OUT/gpu-bench.txt" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert {"nccl_wire_ratio","iteration_error"} <= set(d)' \
+    || { echo "gpu-device.sh: benchmarks/gpu.py printed no figures" >&2; return 1; }
+}
+
+check_anchor() {
+  echo "== benchmarks/gpu_anchor.py: NCCL over loopback, no testbed"
+  step 30 python3 benchmarks/gpu_anchor.py | tee "$OUT/gpu-anchor.txt"
+}
+
+build_in_background() {  # niced: what runs beside it keeps the CPUs
+  ( renice -n 19 -p "$BASHPID" >/dev/null; build_horovod > /tmp/horovod-wheel ) &
+  BUILD_PID=$!
+}
+
+wait_build() {
+  echo "== waiting for the Horovod build ($(left)s of the budget left)"
+  wait "$BUILD_PID" || echo "gpu-device.sh: the background Horovod build failed (build-horovod.err)" >&2
+}
+
+check_horovod() {  # check_horovod [WHEEL-FILE]: the wheel a background build left, else build now
+  echo "== Horovod with NCCL: the GPU wheel (cp312) from the carried sdist"
+  local whl=""
+  [ -n "${1:-}" ] && [ -s "$1" ] && whl=$(tail -1 "$1")
+  [ -n "$whl" ] || whl=$(build_horovod | tail -1)
+  [ -f "$whl" ] || { echo "gpu-device.sh: the Horovod GPU build failed:" >&2; tail -20 "$REC/build-horovod.err" >&2; return 1; }
+  python3 -m pip install -q --no-index --no-deps --force-reinstall "$whl" || die "could not install $whl"
+  python3 -c 'import horovod.torch as h, sys; print("horovod nccl_built", h.nccl_built()); sys.exit(not h.nccl_built())' \
+    || { echo "gpu-device.sh: the Horovod just built has no NCCL" >&2; return 1; }
+  gpu_tests horovod -k horovod
+}
+
+check_extras() {
+  # web search beside a GPU job (same band, then low band), then a minute of real training
+  echo "== extras: examples/gpu-web-same.yaml, gpu-web-low.yaml, gpu-real.yaml"
+  local rc=0 x tb
+  tb="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/testbed"
+  for x in gpu-web-same gpu-web-low gpu-real; do
+    rm -rf "/tmp/gpu-runs/$x"
+    step 60 "$tb" up "examples/$x.yaml" --out "/tmp/gpu-runs/$x" --no-plots > "$REC/$x.txt" 2>&1 || rc=1
+    tail -n 25 "$REC/$x.txt"
+  done
+  "$tb" report /tmp/gpu-runs/gpu-web-same /tmp/gpu-runs/gpu-web-low --no-plots 2>&1 \
+    | tee "$OUT/extras.txt" || rc=1
+  "$tb" report /tmp/gpu-runs/gpu-real --no-plots 2>&1 | tee -a "$OUT/extras.txt" || rc=1
+  return $rc
+}
+
+check_all() {
+  # the Horovod build (CPU only) runs beside the DDP tests and the anchor; the benchmark waits
+  local rc=0
+  build_in_background
+  check_ddp_tests || rc=1
+  check_anchor || rc=1
+  wait_build
+  check_bench || rc=1
+  check_horovod /tmp/horovod-wheel || rc=1
+  check_extras || rc=1
+  return $rc
+}
+
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0  # sourced (to try its functions): define only
 case "${1:-}" in
   prepare) prepare ;;
   check)
     cd "$here" || exit 2  # pytest finds tests/ and its helpers from the tree's root
-    OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+    OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT" "$REC"
     what=${2:-all}
+    DEADLINE=$(( SECONDS + ${GPU_CHECK_BUDGET:-540} ))
     {
       setup_device || exit $?
       rc=0
       case "$what" in
-        ddp) check_ddp || rc=$? ;;
-        horovod) check_horovod || rc=$? ;;
-        all) check_ddp || rc=$?; check_horovod || rc=$? ;;
-        *) die "check what? ddp, horovod or all" ;;
+        ddp) check_ddp_tests || rc=$?; check_bench || rc=$? ;;
+        horovod) build_in_background; check_anchor || rc=$?; wait_build
+                 check_horovod /tmp/horovod-wheel || rc=$? ;;
+        anchor) check_anchor || rc=$? ;;
+        extras) check_extras || rc=$? ;;
+        all) check_all || rc=$? ;;
+        *) die "check what? ddp, horovod, anchor, extras or all" ;;
       esac
+      pack
+      echo "== check $what: rc $rc, ${SECONDS}s"
       exit $rc
     } 2>&1 | tee "$OUT/check-$what.log"
     exit "${PIPESTATUS[0]}"
     ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
