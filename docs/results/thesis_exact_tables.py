@@ -1,6 +1,7 @@
-"""Print the tables of docs/results/thesis-exact.md (Markdown) from the cells' sweep folder.
+"""Print the tables of docs/results/thesis-exact.md (Markdown) from the cells' sweep folders
+(one, or several whose runs are merged: seeds or cells run as separate sweeps).
 
-    .venv/bin/python docs/results/thesis_exact_tables.py runs/thesis-exact
+    .venv/bin/python docs/results/thesis_exact_tables.py runs/thesis-exact [MORE SWEEPS...]
 
 Per cell: "low" against "same" per seed and their mean, beside the thesis (its text, chapter 5),
 the same cells before the queues filled (2026-11-25) and the 1/100 grid
@@ -197,15 +198,21 @@ def physics(cells: dict[str, dict[str, dict[str, Path]]], wall_s: dict[str, str]
                       f"| {wall} |")  # fmt: skip
 
 
-def main(sweep: Path) -> None:
-    cells = load(sweep)
+def main(sweeps: list[Path]) -> None:
+    cells: dict[str, dict[str, dict[str, Path]]] = defaultdict(lambda: defaultdict(dict))
+    wall_s: dict[str, str] = {}
+    for sweep in sweeps:
+        for cell, seeds in load(sweep).items():
+            for seed, runs in seeds.items():
+                cells[cell][seed].update(runs)
+        wall_s.update(walls(sweep))
     for cell in ("r16-3.125%", "r4-12.5%", "r2-12.5%"):
         pairs = {k: v for k, v in cells.get(cell, {}).items() if {"same", "low"} <= v.keys()}
         if pairs:  # seeds whose both schemes have run
             cell_table(cell, pairs)
             thirds(pairs)
-    physics(cells, walls(sweep))
+    physics(cells, wall_s)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main([Path(a) for a in sys.argv[1:]])
