@@ -283,6 +283,7 @@ def test_a_fixed_receive_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
     samples = backlogs(last_run(tmp_path), "h1", "up")
     assert max(samples) <= rcvbuf, f"{max(samples)} bytes queued behind a {rcvbuf} B buffer"
     assert be["drops"] == 0, f"a window within the buffer overflowed the queue: {be}"
+    assert s["tcp"]["receive_buffer_drops"] == 0 == s["tcp"]["receive_prunes"], s["tcp"]
     assert max(samples) >= 0.25 * rcvbuf, f"the window stayed at {max(samples)} B"
     assert be["rate_bps"] <= 1.02 * rate
     rate_at_least(be["rate_bps"], 0.95 * rate, s, "h1's uplink")
