@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from testbed import tcpstats
 from testbed.units import (
     format_duration,
     format_size,
@@ -46,16 +47,7 @@ CORE: dict[str, Any] = {
     "drain_s": "wall",
     "tcp_rto_min_s": "s",
     "tcp_rcvbuf_bytes": "B",
-    "tcp": {
-        "segments_sent": "1",
-        "retransmitted_segments": "1",
-        "timeouts": "1",
-        "spurious_timeouts": "1",
-        "loss_probes": "1",
-        "receive_buffer_drops": "1",
-        "out_of_order_drops": "1",
-        "receive_prunes": "1",
-    },
+    "tcp": dict.fromkeys(tcpstats.WANTED.values(), "1"),  # counts, one name per counter read
     "teardown_s": "wall",
     "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
     "window": {

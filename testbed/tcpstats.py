@@ -1,10 +1,10 @@
 """The hosts' own TCP counters, read from each host's network namespace at the end of a run:
-segments sent, retransmitted, retransmission timeouts and tail-loss probes. They say what the kernel's TCP
-timers did, which time dilation does not stretch (topology.tcp_rto_min sets the minimum RTO;
-the delayed-ACK timer stays the kernel's). And the losses no queue counts: segments a
-receiver dropped because its buffer was full (in order, or out of order) and the times it had
-to prune its queue, which a fixed topology.tcp_rcvbuf could cause. Cumulative over the run,
-hosts summed."""
+segments sent, retransmitted, retransmission timeouts and tail-loss probes. They say what the
+kernel's TCP timers did, which time dilation does not stretch (topology.tcp_rto_min sets the
+minimum RTO; the delayed-ACK timer stays the kernel's). And the losses no queue counts:
+segments a receiver dropped because its buffer was full (in order, or out of order) and the
+times it had to prune its queue, which a fixed topology.tcp_rcvbuf could cause. Cumulative
+over the run, hosts summed."""
 
 from __future__ import annotations
 
