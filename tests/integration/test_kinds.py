@@ -67,18 +67,19 @@ def ensemble_run(tmp_path, ok=None, **cfg):
     return run_until(tmp_path, data, ok) if ok else run_scenario(tmp_path, data)
 
 
-def at_most(tmp_path, e: dict, model: str, limit: float) -> float:
-    """The most a model's reported rate may read when its rounds come at `limit` images/s.
-    The rate runs from the model's first measured round's arrival to its last one's; the
-    first can arrive up to one round's transit across the busiest link later than the last
-    (its blocks queued behind the round before), which shortens that span and raises the rate
-    by as much, never more (CI runs: 40.6 against 40, 33.36 against 33.22)."""
+def span_bounds(tmp_path, e: dict, model: str, limit: float) -> tuple[float, float]:
+    """The least and the most a model's reported rate may read when its rounds come at
+    `limit` images/s. The rate runs from the model's first measured round's arrival to its
+    last one's; either can arrive up to one round's transit across the busiest link late (its
+    blocks queued behind the round before): a late first one shortens that span and raises the
+    rate by as much, a late last one lengthens it and lowers the rate, never more (CI runs:
+    40.6 against 40, 33.36 against 33.22; 38.78 against 40, with no steal, 2026-11-27)."""
     with open(last_run(tmp_path) / "rounds.csv", newline="") as f:
         rounds = [r for r in csv.DictReader(f) if r["measured"] == "True" and r["model"] == model]
     t = sorted(float(r["ready"]) for r in rounds)
     span = t[-1] - t[0]
     transit = int(rounds[0]["images"]) / e["limits"]["network"]
-    return limit * span / (span - transit)
+    return limit * span / (span + transit), limit * span / (span - transit)
 
 
 @pytest.mark.parametrize(
@@ -108,7 +109,7 @@ def test_each_pattern_runs_at_its_busiest_link(tmp_path, cfg, limit, busy, idle)
     assert s["status"] == "ok" and e["limits"]["network"] == pytest.approx(limit)
     assert e["limits"]["limit"] == pytest.approx(limit)
     for model, rate in e["image_rate"]["per_model"].items():
-        most = at_most(tmp_path, e, model, limit)
+        most = span_bounds(tmp_path, e, model, limit)[1]
         assert rate <= most, (
             f"{model} got {rate:.1f} images/s, above {most:.1f} (limit {limit:.1f})"
         )
@@ -152,8 +153,9 @@ def test_preprocessing_binds_when_it_is_slower_than_the_network(tmp_path):
     e = s["ensemble"]
     assert e["limits"]["preprocess"] == pytest.approx(40) and e["limits"]["limit"] == 40
     for model, rate in e["image_rate"]["per_model"].items():
-        assert rate <= at_most(tmp_path, e, model, 40), (model, rate)  # one CI run: 40.6
-        rate_at_least(rate, 40 * 0.97, s, f"{model}'s images/s")
+        least, most = span_bounds(tmp_path, e, model, 40)
+        assert rate <= most, (model, rate, most)
+        rate_at_least(rate, least, s, f"{model}'s images/s")
     b = e["bytes_sent"]
     # the bytes a delivered image cost: 2 blocks to 3 models each, for 16 images to 4 models
     assert b["per_image"] == pytest.approx(6 * BLOCK / 64, rel=0.1), b
