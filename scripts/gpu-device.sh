@@ -209,7 +209,8 @@ check_horovod() {  # check_horovod [WHEEL-FILE]: the wheel a background build le
   [ -n "${1:-}" ] && [ -s "$1" ] && whl=$(tail -1 "$1")
   [ -n "$whl" ] || whl=$(build_horovod | tail -1)
   [ -f "$whl" ] || { echo "gpu-device.sh: the Horovod GPU build failed:" >&2; tail -20 "$REC/build-horovod.err" >&2; return 1; }
-  python3 -m pip install -q --no-index --no-deps --force-reinstall "$whl" || die "could not install $whl"
+  python3 -m pip install -q --no-index --no-deps --force-reinstall "$whl" \
+    || { echo "gpu-device.sh: could not install $whl" >&2; return 1; }
   python3 -c 'import horovod.torch as h, sys; print("horovod nccl_built", h.nccl_built()); sys.exit(not h.nccl_built())' \
     || { echo "gpu-device.sh: the Horovod just built has no NCCL" >&2; return 1; }
   gpu_tests horovod -k horovod
@@ -253,6 +254,7 @@ case "${1:-}" in
     what=${2:-all}
     DEADLINE=$(( SECONDS + ${GPU_CHECK_BUDGET:-540} ))
     {
+      trap pack EXIT  # whatever ends the checks (a die included), the records come back
       setup_device || exit $?
       rc=0
       case "$what" in
@@ -264,7 +266,6 @@ case "${1:-}" in
         all) check_all || rc=$? ;;
         *) die "check what? ddp, horovod, anchor, extras or all" ;;
       esac
-      pack
       echo "== check $what: rc $rc, ${SECONDS}s"
       exit $rc
     } 2>&1 | tee "$OUT/check-$what.log"
