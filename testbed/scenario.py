@@ -677,7 +677,7 @@ def json_schema() -> dict[str, Any]:
     schema["properties"]["tc_profile"] = {
         "anyOf": [{"type": "string"}, {"$ref": "#/$defs/TcProfile"}],
         "default": "fifo",
-        "description": "a profile name from testbed/tc_profiles/, a path to a YAML file, or an inline profile",
+        "description": Scenario.model_fields["tc_profile"].description,
     }
     defs = schema.setdefault("$defs", {})
     refs = []
