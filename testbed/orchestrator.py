@@ -31,6 +31,7 @@ from testbed.runtime.base import Runtime
 from testbed.scenario import Scenario, dump_scenario
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
+from testbed.shaping.stats import over_cap
 from testbed.state import RunLock, RunState, all_states, claiming
 from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
 from testbed.topology import TopologyPlan, build_plan, names_for, new_run_id, valid_run_id
@@ -470,6 +471,9 @@ def _live(
             "workloads": {w.name: w.kind for w in workloads},
             **sections,
         }  # fmt: skip
+        for msg in over_cap(summary["links"], snaps[1][0] - snaps[0][0]):
+            warnings.append(msg)
+            log.warning(msg)
         queries = [q for w in workloads for q in w.metric_queries(sections[w.name])]
         summary["metrics"] = metrics.section(summary, queries)
         # what a workload measured that no real network can do, or that its clock could not

@@ -8,10 +8,14 @@ over the run, hosts summed."""
 
 from __future__ import annotations
 
+import socket
+import struct
 from pathlib import Path
 
 from testbed.namespaces import inside
 
+# struct tcp_info (linux/tcp.h): tcpi_bytes_received, a u64 at this offset since Linux 4.1
+BYTES_RECEIVED_AT = 128
 # /proc/<pid>/net follows a process's main thread; the calling thread's namespace is here
 NET = Path("/proc/thread-self/net")
 WANTED = {
@@ -48,3 +52,11 @@ def totals(namespaces: list[str | None]) -> dict[str, int]:
         for key, name in WANTED.items():
             out[name] += table.get(key, 0)
     return out
+
+
+def bytes_received(sock: socket.socket) -> int:
+    """Payload bytes the kernel has received in order on this connection (tcpi_bytes_received):
+    what crossed the links into the host, whether or not the program has read it yet. A
+    receiver that counts what it read instead would count bytes its buffer held before."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, BYTES_RECEIVED_AT + 8)
+    return int(struct.unpack_from("=Q", info, BYTES_RECEIVED_AT)[0])

@@ -11,7 +11,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed import netlink as nl
-from testbed.shaping.plan import InterfacePlan
+from testbed.shaping.plan import InterfacePlan, burst_bytes
 
 Counters = dict[str, dict[str, int]]  # class name → {bytes, packets, drops, backlog, overlimits}
 
@@ -123,3 +123,25 @@ def parse_stats(attrs: bytes) -> dict[str, int]:
                     body
                 )
     return c
+
+
+# the largest frame a queue hands on at once (jumbo MTU plus Ethernet header), twice: one a
+# token bucket always lets through, one at each edge of the window
+FRAME_SLACK_BYTES = 2 * (9000 + 14)
+
+
+def over_cap(links: list[dict[str, Any]], span: float) -> list[str]:
+    """The link directions whose classes together carried more than the cap over the window
+    (`links` as the summary has them, rate_bps over `span` seconds): then the shaping itself is
+    off, not the workload. A token bucket may add its burst and a frame or two to rate × span."""
+    out = []
+    for x in links:
+        moved = sum((c.get("rate_bps") or 0) for c in x["classes"].values()) * span / 8
+        cap = x["rate_bps"] * span / 8 + burst_bytes(x["rate_bps"]) + FRAME_SLACK_BYTES
+        if span > 0 and moved > cap:
+            out.append(
+                f"link {x['from']} -> {x['to']} carried {moved * 8 / span / 1e6:.2f} Mbit/s over "
+                f"the measured window, above its cap of {x['rate_bps'] / 1e6:g} Mbit/s: the "
+                "shaping is off, and every figure on this link with it"
+            )
+    return out

@@ -6,13 +6,17 @@ import pytest
 
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
-from testbed.workloads.ensemble.controller import over_limit
+from testbed.workloads.ensemble.controller import over_limit, round_bytes_in, window_rate
 
 BLOCK = 8 * 150_528  # bytes of a preprocessed block: batch 8, 224·224·3 images
 RAW = 8 * 110_000  # bytes of a raw block
 
 
 def ensemble(topology=None, **cfg):
+    return ensemble_cfg(topology, **cfg).d
+
+
+def ensemble_cfg(topology=None, **cfg):
     s = load_scenario_data(
         {
             "name": "e",
@@ -21,7 +25,7 @@ def ensemble(topology=None, **cfg):
         },
         "e.yaml",
     )
-    return s.workloads.ensemble.d
+    return s.workloads.ensemble
 
 
 @pytest.mark.parametrize(
@@ -107,3 +111,26 @@ def test_independent_pipelines_are_capped_together_not_each():
     # preprocessing still caps each pipeline on its own
     assert over_limit("duplicated", [45.0, 10.0], 40.0, share, 4 * share) == pytest.approx(45 / 40)
     assert over_limit("duplicated", [], 40.0, share, 4 * share) is None
+
+
+def test_a_round_brings_each_model_the_blocks_of_its_pattern_by_hand():
+    """With an 11-byte header on every block: single-broadcast p = 2 over 4 models brings h1
+    h2's block, h2 h1's, and h3 and h4 both blocks from the leader; all-shared with storage
+    brings each model its raw block and the 3 others' blocks."""
+    c = ensemble_cfg(pattern="single-broadcast", models=4, preprocessors=2)
+    one = BLOCK + 11
+    assert round_bytes_in(c) == {"h1": one, "h2": one, "h3": 2 * one, "h4": 2 * one}
+    c = ensemble_cfg(pattern="all-shared", models=4, storage="h5")
+    assert round_bytes_in(c) == dict.fromkeys(["h1", "h2", "h3", "h4"], RAW + 11 + 3 * one)
+
+
+def test_a_models_rate_is_the_bytes_it_received_between_the_edges():
+    """3 rounds' bytes over 2 s, 32 images a round: 48 images/s, however its rounds fell; a
+    model whose rounds cross no link counts the rounds it completed; no second read, no rate."""
+    at = {
+        "start": {"t": 10.0, "received": {"h2": 100, "h3": 50}, "rounds": 4},
+        "stop": {"t": 12.0, "received": {"h2": 100 + 2000, "h3": 50 + 1000, "h4": 0}, "rounds": 9},
+    }
+    assert window_rate(at, 1000, 32) == pytest.approx(3 * 32 / 2)
+    assert window_rate(at, 0, 32) == pytest.approx(5 * 32 / 2)
+    assert window_rate({"start": at["start"]}, 1000, 32) is None

@@ -1,6 +1,7 @@
 """What a workload's own section says is wrong is said out loud: flows that beat the slowest
 link of their path, with the count and the worst ratio; clocks the machine could not keep."""
 
+from testbed.shaping.stats import over_cap
 from testbed.workloads.controller import Context
 from testbed.workloads.training.horovod import HorovodJob
 from testbed.workloads.websearch.controller import Websearch
@@ -35,3 +36,15 @@ def test_a_late_clock_makes_a_warning():
         == []
     )
     assert Context  # the controllers' shared context (a smoke check of the import)
+
+
+def test_a_link_that_carried_more_than_its_cap_makes_a_warning():
+    """100 Mbit/s over 10 s is 125 MB; the bucket's 100 µs (1250 B) and two jumbo frames on
+    top are all a shaped link may add. 100.1 Mbit/s (12.5 kB more) is over; 100.0 is not."""
+    def link(*rates: float) -> dict:
+        return {"from": "h1", "to": "sw", "rate_bps": 100_000_000,
+                "classes": {f"c{i}": {"rate_bps": r} for i, r in enumerate(rates)}}  # fmt: skip
+
+    assert over_cap([link(60e6, 40e6)], 10.0) == []
+    (msg,) = over_cap([link(60e6, 40.1e6)], 10.0)
+    assert "h1 -> sw carried 100.10 Mbit/s" in msg and "cap of 100 Mbit/s" in msg

@@ -12,12 +12,14 @@ it still needs; the single-broadcast leader forwards whole rounds, in order, onc
 
 Records: one CSV row per round a model completes (ready = when its last block arrived, taken =
 when training began on it, wait_s = how long training waited for it), appended as they happen;
-at the end of the run, the bytes this host sent.
+at the end of the run, what this host had sent, received and done at the measured window's two
+edges (count_window): the image rates are taken from those counters, not from the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.metrics.exporters import start_node_exporter
+from testbed.tcpstats import bytes_received
 from testbed.window import Window, wait_for_go
 
 HEADER = struct.Struct("!BIHI")  # kind (RAW, BLOCK), round, origin (index in hosts), bytes
@@ -160,7 +163,10 @@ class Node:
         )
         self.payload = memoryview(bytes(max(self.block, self.raw_block)))
         self.senders: dict[str, Sender] = {}
-        self.sent_at: dict[str, dict[str, int]] = {}
+        self.at_edges: dict[str, dict[str, Any]] = {}
+        self.streams: list[tuple[str, socket.socket]] = []  # (sending host, connection) in
+        self.by_address = {a: h for h, a in cfg["addresses"].items()}
+        self.produced = 0  # blocks this host preprocessed
         self.raw: queue.Queue[int] = queue.Queue(maxsize=cfg["prefetch"])
         self.metrics = start_node_exporter(registry, args.metrics)
         self.model: Model | None = None
@@ -198,7 +204,8 @@ class Node:
 
     def accept(self, srv: socket.socket) -> None:
         while True:
-            conn, _ = srv.accept()
+            conn, (peer, _port) = srv.accept()
+            self.streams.append((self.by_address.get(peer, peer), conn))
             threading.Thread(target=self.receive, args=(conn,), daemon=True).start()
 
     def receive(self, conn: socket.socket) -> None:
@@ -234,6 +241,7 @@ class Node:
                 self.model.block(rnd)  # its own block, without the network
             for dst in self.targets:
                 self.send(dst, BLOCK, rnd, me, self.block)
+            self.produced += 1
             rnd += 1
 
     def _stream_raw(self, dst: str, window: Window) -> None:
@@ -248,13 +256,28 @@ class Node:
             "preprocessed": sum(s.sent[BLOCK] for s in self.senders.values()),
         }
 
+    def bytes_in(self) -> dict[str, int]:
+        """Bytes received so far per sending host, as the kernel counts them: what crossed
+        the links into this host, read or not (a stream still blocked in its buffer counts)."""
+        out: dict[str, int] = {}
+        for src, conn in list(self.streams):
+            with contextlib.suppress(OSError):  # streams stay open until the process ends
+                out[src] = out.get(src, 0) + bytes_received(conn)
+        return out
+
     def count_window(self, window: Window) -> None:
-        """The bytes sent by the window's edges: their difference is what the pattern moved
-        while the window's rounds completed (the streams' buffers ahead of the models
-        cancel out)."""
+        """The counters at the window's edges: their differences are what this host sent and
+        received, preprocessed and completed inside the window, over the time between the two
+        reads. A rate taken from them cannot exceed what the links carried in that time."""
         for edge in ("start", "stop"):
             time.sleep(max(0.0, getattr(window, edge) - time.time()))
-            self.sent_at[edge] = self.bytes_sent()
+            self.at_edges[edge] = {
+                "t": time.time(),
+                "sent": self.bytes_sent(),
+                "received": self.bytes_in(),
+                "produced": self.produced,
+                "rounds": self.model.complete if self.model is not None else 0,
+            }
 
 
 def _read(conn: socket.socket, view: memoryview) -> bool:
@@ -320,8 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(max(0.0, window.end - time.time()))
     f.close()
     counting.join(timeout=max(0.0, window.stop - time.time()) + 1)
-    sent = {"run": node.bytes_sent(), **node.sent_at}
-    args.out.with_name(args.out.stem + "-bytes.json").write_text(json.dumps(sent))
+    counters = {"run": node.bytes_sent(), **node.at_edges}
+    args.out.with_name(args.out.stem + "-bytes.json").write_text(json.dumps(counters))
     args.out.with_suffix(".done").touch()
     # keep the streams open (the others may still be sending) until the controller's SIGTERM
     while True:
