@@ -39,12 +39,13 @@ def test_a_late_clock_makes_a_warning():
 
 
 def test_a_link_that_carried_more_than_its_cap_makes_a_warning():
-    """100 Mbit/s over 10 s is 125 MB; the bucket's 100 µs (1250 B) and two jumbo frames on
-    top are all a shaped link may add. 100.1 Mbit/s (12.5 kB more) is over; 100.0 is not."""
+    """100 Mbit/s over 10 s is 125 MB; 1 % for the counters' reads, the bucket's 100 µs
+    (1250 B) and two jumbo frames on top are all a shaped link may add: 101.1 Mbit/s is over,
+    101.0 is not."""
     def link(*rates: float) -> dict:
         return {"from": "h1", "to": "sw", "rate_bps": 100_000_000,
                 "classes": {f"c{i}": {"rate_bps": r} for i, r in enumerate(rates)}}  # fmt: skip
 
-    assert over_cap([link(60e6, 40e6)], 10.0) == []
-    (msg,) = over_cap([link(60e6, 40.1e6)], 10.0)
-    assert "h1 -> sw carried 100.10 Mbit/s" in msg and "cap of 100 Mbit/s" in msg
+    assert over_cap([link(60e6, 41e6)], 10.0) == []
+    (msg,) = over_cap([link(60e6, 41.1e6)], 10.0)
+    assert "h1 -> sw carried 101.10 Mbit/s" in msg and "cap of 100 Mbit/s" in msg
