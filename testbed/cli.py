@@ -9,7 +9,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import time
@@ -368,10 +367,6 @@ def _console_logging(verbose: bool, quiet: bool = False) -> None:
     lg = logging.getLogger("testbed")
     lg.addHandler(h)
     lg.setLevel(logging.DEBUG)
-
-
-def _fmt_rate(bps: float) -> str:
-    return f"{bps / 1e6:.1f} Mbit/s" if bps < 1e9 else f"{bps / 1e9:.2f} Gbit/s"
 
 
 @main.command()
@@ -848,9 +843,9 @@ def down(force: bool, run_ids: tuple[str, ...]) -> None:
     """Remove everything earlier runs left behind (after kill -9, a crash, a reboot of testbed);
     only the runs RUN_ID... when given (`testbed status` lists them).
 
-    Only objects recorded in a run's state file are touched, and containers that carry
-    testbed's labels and names for a run that is not alive. Idempotent."""
-    from testbed.namespaces import NETNS_DIR
+    Only objects recorded in a run's state file are touched, containers that carry testbed's
+    labels and names for a run that is not alive, and namespaces and interfaces named as
+    testbed names them for a run that has no state file. Idempotent."""
     from testbed.preflight import require_root
     from testbed.runtime import registry as runtimes
 
@@ -931,22 +926,30 @@ def down(force: bool, run_ids: tuple[str, ...]) -> None:
                 f"removed {len(names)} {kind.name} object(s) of run {rid} found by label: "
                 f"{' '.join(sorted(names))}"
             )
-    recorded = {ns for st in all_states() for ns in st.namespaces()}
-    pattern = re.compile(r"^tb-[0-9a-f]{6}-(sw|h\d+|probe)$")
-    strays = (
-        sorted(
-            p.name
-            for p in NETNS_DIR.glob("tb-*")
-            if pattern.match(p.name) and p.name not in recorded
+    # Namespaces (of every role) and root-namespace interfaces named as testbed names them,
+    # of runs without a state file (lost with its run): every object is recorded before it
+    # exists, so no run that has one can own them. Still, down deletes what a record names:
+    # these it reports, and removes only for a run the user names (a dead probe's carries
+    # its process id, so it is removed).
+    for rid, names in runtimes.strays().items():
+        if wanted and rid not in wanted:
+            continue
+        if rid and not wanted:
+            click.echo(
+                f"run {rid} has no state file, but its objects are still here (left alone; "
+                f"`testbed down {rid}` removes them): {' '.join(sorted(names))}"
+            )
+            continue
+        whose = (
+            f"run {rid}, which has no state file" if rid else "kernel probes whose process is gone"
         )
-        if NETNS_DIR.is_dir()
-        else []
-    )
-    if strays and not wanted:
-        click.echo(
-            "namespaces named like testbed's but recorded by no run (left alone; remove with "
-            f"`ip netns del NAME` if they are yours): {' '.join(strays)}"
-        )
+        problems = runtimes.remove_strays(rid, names)
+        for p in problems:
+            click.echo(f"{whose}: {p}", err=True)
+        failed = failed or bool(problems)
+        if not problems:
+            cleaned += 1
+            click.echo(f"removed {len(names)} object(s) of {whose}: {' '.join(sorted(names))}")
     if not cleaned and not failed:
         click.echo("nothing to remove")
     elif cleaned:

@@ -55,19 +55,6 @@ def ring_bottleneck(topology: Any, hosts: list[str]) -> int:
     return int(min(rates))
 
 
-def crossing_share(topology: Any, hosts: list[str]) -> float:
-    """The share of flows between uniformly random distinct pairs of `hosts` that leave their
-    leaf (0 on a single switch)."""
-    n = len(hosts)
-    if topology.kind != "leaf-spine" or n < 2:
-        return 0.0
-    per_leaf: dict[int, int] = {}
-    for h in hosts:
-        per_leaf[leaf_of(topology, h)] = per_leaf.get(leaf_of(topology, h), 0) + 1
-    same = sum(k * (k - 1) for k in per_leaf.values())
-    return 1 - same / (n * (n - 1))
-
-
 def fabric_load_per_host_load(topology: Any, hosts: list[str]) -> float:
     """The busiest leaf–spine link's load (bits/s) per bit/s each host sends to uniformly
     random other hosts: a leaf with k of the n hosts sends k (n − k) / (n − 1) of a host's

@@ -19,6 +19,7 @@ from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.scenario import TCP_MACHINE, Scenario
 from testbed.shaping.probe import HOW, Capabilities, probe
 from testbed.state import STATE_DIR, RunState, all_states
+from testbed.topology import name_of
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def kernel_capabilities(state: RunState | None = None) -> Capabilities:
         if state is None:
             caps = probe()
         else:
-            obj = {"kind": "netns", "name": f"tb-{state.run_id}-probe"}
+            obj = {"kind": "netns", "name": name_of("probe", state.run_id)}
             state.record(obj)
             caps = probe(obj["name"])
             state.forget(obj)

@@ -1,7 +1,7 @@
 """`testbed sweep SWEEP.yaml`: a grid of runs, one after another, resumable.
 
     name: thesis-grid
-    base: thesis-8host.yaml                 # a scenario file, relative to the sweep file
+    base: thesis-grid-base.yaml             # a scenario file, relative to the sweep file
     set: {duration: 64s}                    # overrides for every run (optional)
     axes:                                   # dotted scenario paths → values (cartesian product)
       workloads.horovod.compute_to_network_ratio: [16, 8, 4, 2]

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 import secrets
+import string
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -225,17 +227,68 @@ def link_group(run_id: str) -> int:
     return LINK_GROUP_BASE + int(run_id, 16)
 
 
+# Every name testbed gives the kernel, spelt here only: the plans below, preflight's kernel
+# probe and the docker runtime take them from here, and `testbed down` knows what a run left
+# without its state file by them (`parse_name`). {id} is the run id, {n} a host's, leaf's or
+# spine's number, {pid} a process id. What else a run makes (data veths, ifbs, qdiscs, a
+# switch's bridge) lives inside these namespaces and goes with them.
+NETNS_NAMES = {
+    "switch": "tb-{id}-sw",  # single-tor's switch
+    "host": "tb-{id}-h{n}",  # a host (under docker, its container is named so too)
+    "leaf": "tb-{id}-leaf{n}",
+    "spine": "tb-{id}-spine{n}",
+    "probe": "tb-{id}-probe",  # preflight's kernel probe, while it runs
+    "lone probe": "tb-probe-{pid}",  # the kernel probe of a process outside any run
+}
+ROOT_LINK_NAMES = {  # interfaces in the root namespace
+    "management bridge": "tb{id}",
+    "management veth": "tb{id}m{n}",  # a host's management veth, its root end
+}
+RUN_PREFIX = "tb-{id}-"  # the start of every namespace of a run (tests/unit/test_topology.py)
+_TEMPLATES = {**NETNS_NAMES, **ROOT_LINK_NAMES}
+_FIELDS = {"id": f"[0-9a-f]{{{RUN_ID_LEN}}}", "n": "[0-9]+", "pid": "[0-9]+"}
+
+
+def name_of(role: str, run_id: str, n: int | None = None) -> str:
+    """The name of run `run_id`'s object `role` (a key of NETNS_NAMES or ROOT_LINK_NAMES)."""
+    return _TEMPLATES[role].format(id=run_id, n=n)
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    out = ""
+    for literal, field, _, _ in string.Formatter().parse(template):
+        out += re.escape(literal)
+        if field is not None:
+            out += f"(?P<{field}>{_FIELDS[field]})"
+    return re.compile(out)
+
+
+_PATTERNS = {
+    kind: [(role, _pattern(t)) for role, t in names.items()]
+    for kind, names in (("netns", NETNS_NAMES), ("link", ROOT_LINK_NAMES))
+}
+
+
+def parse_name(kind: Literal["netns", "link"], name: str) -> tuple[str, dict[str, str]] | None:
+    """The role and fields ({"id": run id, ...}) of a namespace's or a root-namespace
+    interface's name that testbed gives, or None when the name is not one of testbed's."""
+    for role, pattern in _PATTERNS[kind]:
+        if m := pattern.fullmatch(name):
+            return role, m.groupdict()
+    return None
+
+
 def names_for(run_id: str) -> dict[str, str]:
-    """Names of the per-run objects; also used by `down` to recognise them."""
+    """What a new run's id must not find taken (orchestrator.check_run_id)."""
     return {
-        "prefix": f"tb-{run_id}-",
-        "switch_ns": f"tb-{run_id}-sw",
-        "mgmt_bridge": f"tb{run_id}",
+        "prefix": RUN_PREFIX.format(id=run_id),
+        "switch_ns": name_of("switch", run_id),
+        "mgmt_bridge": name_of("management bridge", run_id),
     }
 
 
 def _host(
-    n: dict[str, str],
+    run_id: str,
     i: int,
     data_ip: ipaddress.IPv4Address,
     mgmt_ip: ipaddress.IPv4Address,
@@ -244,12 +297,12 @@ def _host(
     return Host(
         name=f"h{i}",
         index=i,
-        netns=f"{n['prefix']}h{i}",
+        netns=name_of("host", run_id, i),
         data_if="eth0",
         data_ip=data_ip,
         mgmt_if="mgmt0",
         mgmt_ip=mgmt_ip,
-        mgmt_peer=f"{n['mgmt_bridge']}m{i}",
+        mgmt_peer=name_of("management veth", run_id, i),
         switch_port=f"h{i}",
         **kw,
     )
@@ -268,13 +321,12 @@ def _host_link(h: Host, sw: Switch, place: int, rate: int) -> Link:
 
 def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
     t = s.topology
-    n = names_for(run_id)
     data = list(t.prefix.hosts())
     mgmt = list(t.management_prefix.hosts())
-    sw = Switch("sw", n["switch_ns"], "tor", bridge="br0")
+    sw = Switch("sw", name_of("switch", run_id), "tor", bridge="br0")
     hosts = tuple(
         # mgmt[0] is the root namespace's end
-        _host(n, i, data[i - 1], mgmt[i], prefixlen=t.prefix.prefixlen)
+        _host(run_id, i, data[i - 1], mgmt[i], prefixlen=t.prefix.prefixlen)
         for i in range(1, t.hosts + 1)
     )
     return TopologyPlan(
@@ -283,7 +335,7 @@ def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
         switches=(sw,),
         links=tuple(_host_link(h, sw, h.index, t.link_rate) for h in hosts),
         routes=(),
-        mgmt_bridge=n["mgmt_bridge"],
+        mgmt_bridge=name_of("management bridge", run_id),
         mgmt_bridge_ip=mgmt[0],
         data_prefix=t.prefix,
         mgmt_prefix=t.management_prefix,
@@ -294,7 +346,6 @@ def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
 
 def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
     t = s.topology
-    n = names_for(run_id)
     L, S, per = t.leaves, t.spines, t.hosts_per_leaf
     assert L is not None and S is not None and per is not None  # the schema fills them
     fabric_rate = t.fabric_link_rate
@@ -302,7 +353,9 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
     base = int(t.prefix.network_address)
     block = leaf_block(per)
     block_len = 32 - int(math.log2(block))
-    spines = tuple(Switch(f"spine{j}", f"{n['prefix']}spine{j}", "spine") for j in range(1, S + 1))
+    spines = tuple(
+        Switch(f"spine{j}", name_of("spine", run_id, j), "spine") for j in range(1, S + 1)
+    )
     leaves: list[Switch] = []
     hosts: list[Host] = []
     links: list[Link] = []
@@ -314,7 +367,7 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
         gw = subnet.network_address + 1
         leaf = Switch(
             f"leaf{i}",
-            f"{n['prefix']}leaf{i}",
+            name_of("leaf", run_id, i),
             "leaf",
             bridge="br0",
             gateway=ipaddress.IPv4Interface(f"{gw}/{block_len}"),
@@ -323,7 +376,13 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
         for k in range(per):
             idx = (i - 1) * per + k + 1
             h = _host(
-                n, idx, gw + 1 + k, mgmt[idx], switch=leaf.name, prefixlen=block_len, gateway=gw
+                run_id,
+                idx,
+                gw + 1 + k,
+                mgmt[idx],
+                switch=leaf.name,
+                prefixlen=block_len,
+                gateway=gw,
             )
             hosts.append(h)
             links.append(_host_link(h, leaf, k + 1, t.link_rate))
@@ -366,7 +425,7 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
         switches=(*leaves, *spines),
         links=tuple(links),
         routes=tuple(routes),
-        mgmt_bridge=n["mgmt_bridge"],
+        mgmt_bridge=name_of("management bridge", run_id),
         mgmt_bridge_ip=mgmt[0],
         data_prefix=t.prefix,
         mgmt_prefix=t.management_prefix,

@@ -76,15 +76,6 @@ class Window:
             "drain_limit_s": self.drain,
         }
 
-    @classmethod
-    def from_summary(cls, summary: dict[str, Any]) -> Window | None:
-        w = summary.get("window")
-        if not w:
-            return None
-        return cls(
-            w["t0"], summary["duration_s"], w["warmup_s"], w["cooldown_s"], w["drain_limit_s"]
-        )
-
     def write(self, path: Path) -> None:
         """The go file: written once, atomically, when every process is ready."""
         tmp = path.with_suffix(".tmp")

@@ -23,7 +23,6 @@ import contextlib
 import itertools
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -42,7 +41,7 @@ from testbed.runtime.netns import process_running, run_in_netns, spawn_python
 from testbed.runtime.netns import teardown as netns_teardown
 from testbed.runtime.network import Network
 from testbed.state import RunState, all_states, proc_start_time
-from testbed.topology import Host, TopologyPlan
+from testbed.topology import RUN_PREFIX, Host, TopologyPlan, parse_name
 
 if TYPE_CHECKING:
     import docker
@@ -423,7 +422,8 @@ def orphans() -> dict[str, list[str]]:
         engine.close()
     for c in listed:
         rid = c.labels.get(LABEL_RUN, "")
-        if rid not in live and re.fullmatch(rf"tb-{re.escape(rid)}-h\d+", c.name or ""):
+        named = parse_name("netns", c.name or "")  # a host's container has its namespace's name
+        if rid not in live and named and named[0] == "host" and named[1]["id"] == rid:
             out.setdefault(rid, []).append(c.name)
     return out
 
@@ -454,7 +454,9 @@ class DockerKind:
         assert s.docker is not None
         engine = client()
         try:
-            clash = engine.containers.list(all=True, filters={"name": f"^tb-{run_id}-"})
+            clash = engine.containers.list(
+                all=True, filters={"name": "^" + RUN_PREFIX.format(id=run_id)}
+            )
             if clash:
                 raise ScenarioError(
                     f"--run-id: containers of run {run_id} exist "

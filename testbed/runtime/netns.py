@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -32,10 +32,11 @@ from testbed.namespaces import NETNS_DIR, create_netns, remove_netns
 from testbed.runtime import forkserver
 from testbed.runtime.base import NodeProcess
 from testbed.runtime.network import Network
-from testbed.state import RunState, proc_start_time
-from testbed.topology import TopologyPlan
+from testbed.state import STATE_DIR, RunLock, RunState, proc_start_time
+from testbed.topology import TopologyPlan, link_group, parse_name
 
 log = logging.getLogger(__name__)
+SYS_NET = Path("/sys/class/net")  # the root namespace's interfaces
 
 
 class NetnsRuntime:
@@ -258,18 +259,30 @@ def teardown(state: RunState) -> list[str]:
     wait for). Recorded root-namespace links still present afterwards (those of a run made
     before link groups, which go with their namespaces) are deleted by name.
     """
-    problems: list[str] = []
     for obj in state.objects:
         if obj["kind"] == "process":
             kill_recorded(obj["pid"], obj["start"])
-    namespaces = state.namespaces()
+    root = [o for o in state.objects if o.get("netns") is None]
+    return _remove(
+        f"run {state.run_id}",
+        state.namespaces(),
+        [o for o in root if o["kind"] == "link"],
+        [o["group"] for o in root if o["kind"] == "link-group"],
+    )
+
+
+def _remove(
+    whose: str, namespaces: Sequence[str], root_links: Sequence[Mapping[str, Any]],
+    groups: Sequence[int],
+) -> list[str]:  # fmt: skip
+    """The processes in `namespaces`, the link groups `groups` and the namespaces' names, then
+    the interfaces `root_links` still there (teardown says in which order, and why)."""
+    problems: list[str] = []
     left = kill_processes(namespaces)
     if left:
-        problems.append(f"{left} process(es) in run {state.run_id}'s namespaces would not die")
-    root_links = [o for o in state.objects if o["kind"] == "link" and o.get("netns") is None]
-    for obj in state.objects:
-        if obj["kind"] == "link-group" and obj.get("netns") is None:
-            problems += _delete_group(obj["group"], {o["name"] for o in root_links})
+        problems.append(f"{left} process(es) in the namespaces of {whose} would not die")
+    for group in groups:
+        problems += _delete_group(group, {o["name"] for o in root_links})
     for ns in reversed(namespaces):
         try:
             remove_netns(ns)
@@ -293,6 +306,53 @@ def teardown(state: RunState) -> list[str]:
                 if e.code != errno.ENODEV:
                     problems.append(f"could not delete link {obj['name']}: {e}")
     return problems
+
+
+def strays() -> dict[str | None, list[str]]:
+    """Namespaces and root-namespace interfaces named as testbed names them (topology's
+    NETNS_NAMES, ROOT_LINK_NAMES) whose run has no state file, as after kill -9 of `up` and
+    its guardian when the file was lost too; whatever the runtime (a container's namespace is
+    attached here too). By run id; None: kernel probes whose process is gone."""
+    # The kernel first, the state files after: every object is recorded before it exists, so
+    # the state file of a run that starts in between is there to be read below.
+    found: list[tuple[Literal["netns", "link"], str]] = []
+    if NETNS_DIR.is_dir():
+        found += [("netns", p.name) for p in NETNS_DIR.iterdir()]
+    found += [("link", p.name) for p in SYS_NET.iterdir()]
+    recorded = {p.stem for p in STATE_DIR.glob("*.json")} if STATE_DIR.is_dir() else set()
+    out: dict[str | None, list[str]] = {}
+    for kind, name in found:
+        named = parse_name(kind, name)
+        if named is None:
+            continue
+        rid = named[1].get("id")
+        if rid in recorded or (rid is None and process_running(int(named[1]["pid"]))):
+            continue
+        out.setdefault(rid, []).append(name)
+    return out
+
+
+def remove_strays(run_id: str | None, names: Sequence[str]) -> list[str]:
+    """Remove `names` of `strays()`: processes in the namespaces, the root interfaces (by the
+    run's link group, if nothing else is in it), the namespaces. Under the run's lock, and only
+    while the run still has no state file (a run of that id may have been claimed since)."""
+    namespaces = [n for n in names if parse_name("netns", n) is not None]
+    links = [
+        {"name": n, "type": "bridge" if named[0] == "management bridge" else "veth"}
+        for n in names
+        if (named := parse_name("link", n)) is not None
+    ]
+    if run_id is None:
+        return _remove("kernel probes", namespaces, links, [])
+    lock = RunLock(run_id)
+    if not lock.acquire(timeout=10):
+        return [f"its lock is held by another process; {' '.join(names)} left alone"]
+    try:
+        if (STATE_DIR / f"{run_id}.json").exists():
+            return ["a run of this id has started since; left to it"]
+        return _remove(f"run {run_id}", namespaces, links, [link_group(run_id)])
+    finally:
+        lock.release(unlink=not (STATE_DIR / f"{run_id}.json").exists())
 
 
 def _delete_group(group: int, ours: set[str]) -> list[str]:

@@ -52,3 +52,9 @@ def teardown(state: RunState) -> list[str]:
             except OSError as e:
                 problems.append(f"could not remove {obj['path']}: {e}")
     return problems
+
+
+# What every runtime leaves in this machine's kernel (namespaces, the management network)
+# found by name when no state file records it: `testbed down` removes it (runtime/netns.py).
+strays = netns.strays
+remove_strays = netns.remove_strays

@@ -14,9 +14,9 @@ shaped direction the plan is
 A host's uplink queue sits on an ifb (topology.Link says why): its eth0 gets a clsact qdisc
 whose egress filter redirects every packet to the ifb, where the plan above is built.
 
-HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on this
-kernel, see shared/reference), and the guaranteed `rate` of each class is small, so a
-backlogged low class keeps only its guaranteed share.
+HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on real
+links by tests/integration/test_shaping.py and test_leafspine.py), and the guaranteed `rate`
+of each class is small, so a backlogged low class keeps only its guaranteed share.
 
 Burst (and cburst, on every class) is the one knob that trades rate accuracy against
 serialization fidelity, so it is set explicitly, as a time at the link rate:

@@ -18,6 +18,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from testbed.namespaces import create_netns, inside
 from testbed.shaping.apply import tc_call
 from testbed.shaping.plan import Redirect
+from testbed.topology import NETNS_NAMES
 
 HOW = {
     "veth": "CONFIG_VETH (modprobe veth)",
@@ -46,7 +47,7 @@ class Capabilities:
 
 
 def probe(name: str | None = None) -> Capabilities:
-    name = name or f"tb-probe-{os.getpid()}"
+    name = name or NETNS_NAMES["lone probe"].format(pid=os.getpid())
     present: set[str] = set()
     create_netns(name)
     try:

@@ -12,7 +12,8 @@ from testbed.swarm.cluster import LABEL_FOLDER, LABEL_POINT, LABEL_SWEEP
 SCENARIO_PATH = "/run/testbed-point/scenario.yaml"
 STOP_GRACE_S = 90  # `testbed up` tears down on SIGTERM; a 256-host run needs seconds
 # what a run needs inside its task: every capability but the one this machine's bounding set
-# lacks (DEVELOPERS.md; a run needs SYS_ADMIN, NET_ADMIN, SYS_PTRACE for nsenter, ...)
+# lacks (docs/swarm.md, "Tested on one machine"; a run needs SYS_ADMIN, NET_ADMIN, SYS_PTRACE
+# for nsenter, ...)
 CAP_ADD = ["ALL"]
 CAP_DROP = ["SYS_RESOURCE"]
 

@@ -11,27 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from testbed.runtime.base import NodeProcess
-from testbed.window import Window
-
-
-class Synchronised:
-    """The start protocol every workload's node programs follow: each writes a `.ready`
-    marker once initialised, then waits for the go file, which names the common t0 and the
-    measured window (window.py). A subclass sets `dir` and counts its own markers."""
-
-    dir: Path
-    window: Window | None = None
-    # the scenario's time dilation (testbed.dilation): the controller runs in wall-clock units,
-    # its node programs divide the durations they export to Prometheus by it
-    time_scale: float = 1.0
-
-    @property
-    def go_file(self) -> Path:
-        return self.dir / "go.json"
-
-    def go(self, window: Window) -> None:
-        self.window = window
-        window.write(self.go_file)
 
 
 def present(markers: Iterable[Path]) -> int:

@@ -3,7 +3,7 @@ worker into a swarm this machine's engine manages (initialised on docker0's addr
 docker-in-docker image can be pulled here, so a machine is the testbed base image (Debian
 bookworm, as this machine) with this machine's /usr bind-mounted read-only: the same dockerd,
 containerd and runc the host runs, in a container with the capability set a nested engine
-needs (DEVELOPERS.md: all but CAP_SYS_RESOURCE, seccomp and system paths unconfined, a
+needs (docs/swarm.md: all but CAP_SYS_RESOURCE, seccomp and system paths unconfined, a
 writable cgroup tree). Each engine keeps its images under testbed's image cache (machines/<name>), so
 the runner image is pulled once, not per test session.
 

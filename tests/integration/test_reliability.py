@@ -143,6 +143,62 @@ def test_kill9_of_orchestrator_and_guardian_then_down(tmp_path):
     assert r.returncode == 0 and "nothing to remove" in r.stdout
 
 
+def test_down_removes_what_a_run_left_without_its_state_file(tmp_path):
+    """kill -9 of `up` and of its guardian, then the state file lost: the leaf-spine run's
+    namespaces (leaves, spines, hosts), its management bridge and veths, a process still in a
+    namespace. `down RUN_ID` names and removes them all (it once knew only `sw`, `h<i>` and
+    `probe` namespaces, and said "nothing to remove" over a leaf-spine run's)."""
+    from testbed.preflight import check_prefixes
+    from testbed.resolve import load_scenario_data
+    from testbed.runtime.netns import NetnsRuntime
+    from testbed.runtime.netns import teardown as netns_teardown
+    from testbed.state import claiming
+    from testbed.topology import build_plan
+
+    before = present_objects()
+    run_id = "5742a7"
+    topology = {"kind": "leaf-spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 1}
+    with claiming():  # free prefixes, claimed as a run claims them
+        s = check_prefixes(load_scenario_data({"name": "lost", "topology": topology}, "test"))
+        st = RunState(run_id=run_id, scenario="lost", out_dir=str(tmp_path),
+                      root_prefixes=[str(s.topology.management_prefix)])  # fmt: skip
+        assert st.create(), f"a run {run_id} exists"
+    p = build_plan(s, run_id)
+    rt = NetnsRuntime(p, st)
+    sleeper = None
+    try:
+        rt.build()
+        rt.close()
+        sleeper = spawn_in_netns(NETNS_DIR / p.host("h1").netns, ["sleep", "600"],
+                                 tmp_path / "sleep.log")  # fmt: skip
+        st.remove()  # the record is lost; `st` still knows every object, for the cleanup
+        roots = [p.mgmt_bridge, *(h.mgmt_peer for h in p.hosts)]
+        assert {"leaf1", "spine2", "h2"} <= {n.rsplit("-", 1)[1] for n in p.namespaces}
+        assert all((NETNS_DIR / n).exists() for n in p.namespaces)
+        assert all(Path("/sys/class/net", n).exists() for n in roots)
+        r = run_cli("down", "0ther0")  # another run's id: these are not touched
+        assert r.returncode == 0 and "nothing to remove" in r.stdout, r.stdout + r.stderr
+        assert all((NETNS_DIR / n).exists() for n in p.namespaces)
+        r = run_cli("down", run_id)
+        assert r.returncode == 0, r.stdout + r.stderr
+        missed = [n for n in [*p.namespaces, *roots] if n not in r.stdout.split()]
+        assert not missed, f"`down {run_id}` did not report {missed}:\n{r.stdout}"
+        assert not [n for n in p.namespaces if (NETNS_DIR / n).exists()], r.stdout
+        assert not [n for n in roots if Path("/sys/class/net", n).exists()], r.stdout
+        assert sleeper.wait(10) < 0, "the process in the run's namespace outlived `down`"
+        r = run_cli("down", run_id)
+        assert r.returncode == 0 and "nothing to remove" in r.stdout, r.stdout + r.stderr
+        assert present_objects() == before
+    finally:
+        rt.close()
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+        netns_teardown(st)  # whatever is left
+        st.remove()
+        (STATE_DIR / f"{run_id}.lock").unlink(missing_ok=True)
+
+
 def test_same_run_id_twice_at_once_one_is_refused_the_other_intact(tmp_path):
     """Two `up --run-id X` started together: exactly one runs; the other is refused before it
     creates anything, and the one that runs completes with its namespaces intact."""

@@ -6,7 +6,15 @@ from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
 from testbed.shaping.plan import HtbClass, LinkSpec, plan_links
 from testbed.shaping.profile import TcProfile, load_profile_data
-from testbed.topology import build_plan, new_run_id, single_tor, valid_run_id
+from testbed.topology import (
+    RUN_PREFIX,
+    build_plan,
+    name_of,
+    new_run_id,
+    parse_name,
+    single_tor,
+    valid_run_id,
+)
 
 
 def plan(hosts=4, **topo):
@@ -73,6 +81,27 @@ def fabric(**topo):
     t = {"kind": "leaf-spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2, **topo}
     s = load_scenario_data({"name": "t", "topology": t}, "s.yaml")
     return s, build_plan(s, "a1b2c3")
+
+
+def test_every_name_a_run_gives_is_known_by_its_run_id():
+    """`testbed down` finds what a run left without its state file by these names: every
+    namespace of either layout (a leaf-spine run's leaves and spines too), the probe's, and
+    the root namespace's management bridge and veths; nothing else."""
+    for p in (plan(3), fabric()[1]):
+        for ns in [*p.namespaces, name_of("probe", p.run_id)]:
+            assert ns.startswith(RUN_PREFIX.format(id=p.run_id))
+            assert parse_name("netns", ns) is not None, ns
+            assert parse_name("netns", ns)[1]["id"] == p.run_id
+        for ifname in [p.mgmt_bridge, *(h.mgmt_peer for h in p.hosts)]:
+            assert parse_name("link", ifname)[1]["id"] == p.run_id, ifname
+    roles = {parse_name("netns", ns)[0] for ns in fabric()[1].namespaces}
+    assert roles == {"leaf", "spine", "host"}
+    assert parse_name("netns", "tb-a1b2c3-leaf12") == ("leaf", {"id": "a1b2c3", "n": "12"})
+    assert parse_name("netns", "tb-probe-4711") == ("lone probe", {"pid": "4711"})
+    assert parse_name("link", "tba1b2c3m7") == ("management veth", {"id": "a1b2c3", "n": "7"})
+    for other in ("tb-a1b2c3-leaf", "tb-a1b2c3-sw1", "tb-A1B2C3-h1", "tb-a1b2c-h1", "xtb-a1b2c3-h1",
+                  "tb-a1b2c3-h1x", "tb-probe-", "docker0", "tba1b2c3x", "tba1b2c3m"):  # fmt: skip
+        assert parse_name("netns", other) is None and parse_name("link", other) is None, other
 
 
 def test_leaf_spine_graph_and_addresses():

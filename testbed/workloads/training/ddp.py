@@ -1,4 +1,4 @@
-"""Controller for a torch-ddp training job: the same job as workloads/horovod.py (records,
+"""Controller for a torch-ddp training job: the same job as training/horovod.py (records,
 markers, start/stop, DSCP by the workers' group, exporters), launched as torch.distributed
 workers reducing DDP's gradient buckets (ddp_worker.py).
 

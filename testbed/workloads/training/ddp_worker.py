@@ -1,5 +1,5 @@
 """The torch.distributed (DDP) worker that runs inside a node, one per host, started by
-workloads/ddp.py: the second training backend beside Horovod, with the same records, markers,
+training/ddp.py: the second training backend beside Horovod, with the same records, markers,
 start and stop protocol (see horovod_worker.py).
 
 Rendezvous: a TCP store that the controller serves in the root namespace on the management

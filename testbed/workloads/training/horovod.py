@@ -9,7 +9,7 @@
 - Environment: what horovod.runner.gloo_run gives each slot (rank, size, local/cross ranks,
   Gloo rendezvous, HOROVOD_GLOO_IFACE=eth0).
 - Hostname: each worker gets its own UTS namespace with hostname = its data IP; otherwise
-  one Gloo context falls back to gethostname() → 127.0.0.1 (shared/reference, checked).
+  one Gloo context falls back to gethostname() → 127.0.0.1.
 - GPUs (`gpus:`, a wheel built by scripts/build-horovod.sh --gpu): gradients live on the
   worker's device and Horovod reduces them with NCCL, forced onto its socket transport on the
   data interface (NCCL_SETTINGS); Gloo stays the controller. Each worker sees its devices

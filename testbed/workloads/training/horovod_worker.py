@@ -1,4 +1,4 @@
-"""The Horovod worker that runs *inside* a node (one per host), started by workloads/horovod.py
+"""The Horovod worker that runs *inside* a node (one per host), started by training/horovod.py
 with the environment Horovod's own launcher would give it (rank, size, Gloo rendezvous on the
 management path, HOROVOD_GLOO_IFACE=eth0 so every ring byte crosses the shaped links).
 
@@ -279,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--worker", required=True)
-    ap.add_argument("--hostname", help="set this UTS namespace's hostname first (see DESIGN: Gloo)")
+    ap.add_argument(
+        "--hostname", help="set this UTS namespace's hostname first (horovod.py: Hostname)"
+    )
     ap.add_argument(
         "--metrics", help="ADDR:PORT for the Prometheus exporter (a management address)"
     )
