@@ -24,8 +24,9 @@ same run id (one refused with exit 2, the other completes).
 
   max_stop_s    slowest stop: signal → process exit (KILL: → state file gone)
 
-Run as root: `.venv/bin/python benchmarks/faults.py [--runs 56] [--seed 1]`; the JSON line is
-the last line.
+Run as root: `.venv/bin/python benchmarks/faults.py [--runs 56] [--seed 1] [--quick]`; the JSON
+line is the last line. --quick: one run, netns only, 2 s runs (with the concurrent and the
+same-id pairs), to check in seconds that it runs; its figures mean little.
 """
 
 from __future__ import annotations
@@ -56,11 +57,12 @@ PHASES = [
 ]
 ORDER = ["starting", *PHASES]
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
+SMOKE_S = 4  # the smoke scenario's duration; --quick: 2
 
 SMOKE = """\
 name: fault-smoke
 runtime: {runtime}
-duration: 4s
+duration: {smoke_s}s
 measure: {{warmup: 1s, cooldown: 0s}}
 topology: {{hosts: 3, link_rate: 20mbit{prefixes}}}
 tc_profile: thesis-2band
@@ -163,7 +165,9 @@ def one(i: int, rng: random.Random, tmp: Path, sd: Path, runtimes: list[str]) ->
     rid = f"fa{i:04x}"
     run_dir = tmp / f"run{i}"
     path = tmp / f"s{i}.yaml"
-    text = (MINI if kind == "mini" else SMOKE).format(runtime=runtime, prefixes="", metrics=metrics)
+    text = (MINI if kind == "mini" else SMOKE).format(
+        runtime=runtime, prefixes="", metrics=metrics, smoke_s=SMOKE_S
+    )
     path.write_text(text)
     rules = iptables_rules()
     proc = up(path, run_dir, rid)
@@ -220,7 +224,9 @@ def concurrent(tmp: Path) -> bool:
                                       ("10.62.0.0/24", "10.63.0.0/24"))):  # fmt: skip
         p = tmp / f"c{i}.yaml"
         prefixes = f", prefix: {data}, management_prefix: {mgmt}"
-        p.write_text(SMOKE.format(runtime="netns", prefixes=prefixes, metrics="embedded"))
+        p.write_text(
+            SMOKE.format(runtime="netns", prefixes=prefixes, metrics="embedded", smoke_s=SMOKE_S)
+        )
         procs.append(up(p, tmp / f"conc{i}"))
     for p in procs:
         p.communicate(timeout=180)
@@ -237,7 +243,7 @@ def same_id(tmp: Path) -> bool:
     procs = []
     for i in range(2):
         p = tmp / f"d{i}.yaml"
-        p.write_text(SMOKE.format(runtime="netns", prefixes="", metrics="off"))
+        p.write_text(SMOKE.format(runtime="netns", prefixes="", metrics="off", smoke_s=SMOKE_S))
         procs.append(up(p, tmp / f"same{i}", "5a3e1d"))
     outs = [p.communicate(timeout=180) for p in procs]
     codes = sorted(p.returncode for p in procs)
@@ -251,13 +257,24 @@ def same_id(tmp: Path) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=int, default=56)
+    ap.add_argument("--runs", type=int, help="runs to stop (default: 56; 1 with --quick)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--netns-only", action="store_true")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="one run (unless --runs), netns only, 2 s smoke runs: checks in seconds that it runs",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("faults.py needs root")
-    runtimes = ["netns"] if args.netns_only or not engine_answers() else ["netns", "docker"]
+    if args.runs is None:
+        args.runs = 1 if args.quick else 56
+    if args.quick:
+        global SMOKE_S
+        SMOKE_S = 2
+    netns_only = args.netns_only or args.quick
+    runtimes = ["netns"] if netns_only or not engine_answers() else ["netns", "docker"]
     if "docker" in runtimes:  # the node image first, so that no run's phase includes a build
         subprocess.run([sys.executable, "-m", "testbed.cli", "images", "build"], cwd=ROOT,
                        check=True, capture_output=True)  # fmt: skip

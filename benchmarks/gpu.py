@@ -17,14 +17,17 @@ of the cap where the anchor moved 14.6 Gbit/s: the emulated path's packet rate, 
                       (testbed.workloads.training.predict)
   gpus                GPUs this machine shows
 
-On a machine without an NVIDIA GPU it says so, prints no JSON line and exits 0;
-scripts/gpu-device.sh fails when a GPU machine's run of it printed no JSON line.
+On a machine without an NVIDIA GPU it builds both scenarios and the prediction, then says so,
+prints no JSON line and exits 0; scripts/gpu-device.sh fails when a GPU machine's run of it
+printed no JSON line.
 
-Run as root: `.venv/bin/python benchmarks/gpu.py`; the JSON line is the last line.
+Run as root: `.venv/bin/python benchmarks/gpu.py [--quick]`; the JSON line is the last line.
+--quick: 3 s runs with a 0.5 s warm-up, to check in seconds that it runs; its figures mean little.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -39,23 +42,38 @@ from testbed.workloads.training import predict
 RATE = 10_000_000_000
 
 
-def job(compute: str, duration: str) -> tuple[Any, dict[str, Any]]:
+def scenario(compute: str, duration: str, quick: bool) -> Any:
     data = {
-        "name": "gpu-bench", "duration": duration,
-        "measure": {"warmup": "3s", "cooldown": "2s"},
+        "name": "gpu-bench", "duration": "3s" if quick else duration,
+        "measure": {"warmup": "0.5s", "cooldown": "0s"} if quick else
+                   {"warmup": "3s", "cooldown": "2s"},
         "topology": {"hosts": 2, "link_rate": RATE}, "tc_profile": "thesis-2band",
         "workloads": {"horovod": {"backend": "torch-ddp", "model_size": "100MB",
                                   "compute_time": compute, "bucket_cap": "25MiB",
                                   "tc_class": "low", "gpus": 1}},
     }  # fmt: skip
-    s = load_scenario_data(data, "benchmark")
+    return load_scenario_data(data, "benchmark")
+
+
+def job(s: Any, compute: str) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix="tb-gpu-")) / "run"
     summary = run(s, out=out).summary
     print(f"compute {compute}: run folder {out}")
-    return s, summary
+    return summary
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 s runs: checks in seconds that it runs; the figures mean little",
+    )
+    args = ap.parse_args()
+    # everything but the runs first, so that a machine without a GPU checks it too
+    bulk_s = scenario("1ms", "25s", args.quick)
+    s = scenario("50ms", "30s", args.quick)
+    pred = predict.for_scenario(s)["iteration_s"]
     gpus = visible_gpus()
     if not gpus:
         print(
@@ -63,7 +81,7 @@ def main() -> int:
             "no nvidia-smi); nothing measured"
         )
         return 0
-    _, bulk = job("1ms", "25s")
+    bulk = job(bulk_s, "1ms")
     ups = [x for x in bulk["links"] if x["direction"] == "up" and x["tier"] == "host"]
     h1 = next(x for x in ups if x["node"] == "h1")
     wire = h1["classes"]["low"]["rate_bps"] / RATE
@@ -71,9 +89,8 @@ def main() -> int:
     share = sum(x["classes"]["low"]["bytes"] for x in ups) / total if total else 0.0
     print(f"bulk all-reduce: h1's uplink carried {wire:.3f} of the cap in the job's class, "
           f"{share:.4f} of all uplink bytes in that class")  # fmt: skip
-    s, timed = job("50ms", "30s")
+    timed = job(s, "50ms")
     mean = timed["horovod"]["iteration_time_s"]["mean"]
-    pred = predict.for_scenario(s)["iteration_s"]
     print(f"50 ms of compute: mean iteration {mean * 1e3:.1f} ms, predicted {pred * 1e3:.1f} ms")
     print(json.dumps({"nccl_wire_ratio": round(wire, 3), "nccl_class_share": round(share, 4),
                       "iteration_error": round(abs(mean - pred) / pred, 3), "gpus": len(gpus)}))  # fmt: skip

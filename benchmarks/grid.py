@@ -15,7 +15,9 @@ code path, then checks the records with nothing testbed computed:
                            generators' own error, separated from sampling noise (which is
                            printed too, against the configured rate)
 
-Run as root: `.venv/bin/python benchmarks/grid.py [--out DIR]`; the JSON line is the last line.
+Run as root: `.venv/bin/python benchmarks/grid.py [--out DIR] [--quick]`; the JSON line is the
+last line. --quick: one point per scheme (R = 2, 25 % load) of 2 hosts, 3 s runs, Prometheus off,
+to check in seconds that it runs; its figures mean little.
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ SWEEP = {
     "seeds": [1],
     "compare": {"axis": "scheme", "baseline": "same"},
 }
+# --quick: the same sweep (both schemes, so the paired comparison is there) at its smallest
+QUICK = {
+    "set": {
+        "duration": "3s", "topology.hosts": 2, "metrics.prometheus": "off",
+        "measure.warmup": "0.5s", "measure.cooldown": "0s", "measure.drain": "5s",
+    },
+    "axes": {
+        "workloads.horovod.compute_to_network_ratio": [2],
+        "workloads.websearch.utilization": ["25%"],
+    },
+}  # fmt: skip
 
 
 class Quiet:
@@ -70,11 +83,22 @@ def rows(path: Path) -> list[dict[str, str]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="keep the sweep here (default: a temporary folder)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 points of 2 hosts, 3 s each: checks in seconds that it runs",
+    )
     args = ap.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="tb-grid-"))
+    if args.out:
+        return grid(args.out, args.quick)
+    with tempfile.TemporaryDirectory(prefix="tb-grid-") as d:
+        return grid(Path(d), args.quick)
+
+
+def grid(out: Path, quick: bool) -> int:
     spec_file = out / "sweep.yaml.in"
     out.mkdir(parents=True, exist_ok=True)
-    spec_file.write_text(yaml.safe_dump(SWEEP, sort_keys=False))
+    spec_file.write_text(yaml.safe_dump({**SWEEP, **QUICK} if quick else SWEEP, sort_keys=False))
     spec = sw.load_spec(spec_file)
     points = sw.expand(spec, spec_file)
 

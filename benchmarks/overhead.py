@@ -12,7 +12,9 @@
   prometheus_rss_mb    Prometheus' peak resident memory
   series               testbed_ series Prometheus holds at the end of the run
 
-Run as root: `.venv/bin/python benchmarks/overhead.py [--duration 60s]`. Target: < 5% of one core.
+Run as root: `.venv/bin/python benchmarks/overhead.py [--duration 60s] [--quick]`. Target: < 5%
+of one core. --quick: 3 s runs (0.5 s warm-up) and 20 scrapes per exporter, to check in seconds
+that it runs; its figures mean little.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ def machine_cpu_s() -> float:
 class Sampler(threading.Thread):
     """Watches the run from outside: CPU over its running phase, and the Prometheus process."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, series_after: float = 5.0) -> None:
         super().__init__(daemon=True)
         self.out_dir = str(out_dir)
+        self.series_after = series_after  # s into the running phase: Prometheus has scraped
         self.cpu0 = self.cpu1 = self.t0 = self.t1 = 0.0
         self.prom_cpu0 = self.prom_cpu1 = 0.0
         self.rss_kb = 0
@@ -95,7 +98,7 @@ class Sampler(threading.Thread):
         if prom:
             self.prom_cpu0 = self.proc_cpu(prom[0])
         while self.phase() == "running":
-            if prom and prom[1] and time.monotonic() - self.t0 > 5:
+            if prom and prom[1] and time.monotonic() - self.t0 > self.series_after:
                 with contextlib.suppress(OSError):
                     self.series = scalar(prom[1], 'count({__name__=~"testbed_.+"})')
             if prom:
@@ -158,17 +161,20 @@ def cpu_per_scrape(kind: str, n: int = 400) -> float:
     return cost
 
 
-def measure(prometheus: str, duration: float) -> tuple[Sampler, dict[str, Any]]:
+def measure(
+    prometheus: str, duration: float, extra: dict[str, Any] | None = None, series_after: float = 5
+) -> tuple[Sampler, dict[str, Any]]:
     s = load_scenario(ROOT / "examples" / "thesis-mini.yaml")
-    s = with_overrides(s, {"duration": duration, "metrics.prometheus": prometheus})
-    out = Path(tempfile.mkdtemp(prefix="tb-overhead-")) / "run"
-    sampler = Sampler(out.resolve())
-    sampler.start()
-    try:
-        summary = run(s, out=out).summary
-    finally:
-        sampler.done.set()
-        sampler.join(10)
+    s = with_overrides(s, {"duration": duration, "metrics.prometheus": prometheus, **(extra or {})})
+    with tempfile.TemporaryDirectory(prefix="tb-overhead-") as d:
+        out = Path(d) / "run"
+        sampler = Sampler(out.resolve(), series_after)
+        sampler.start()
+        try:
+            summary = run(s, out=out).summary
+        finally:
+            sampler.done.set()
+            sampler.join(10)
     span = sampler.t1 - sampler.t0
     print(
         f"metrics {prometheus:>8}: {span:.1f} s running, machine CPU {(sampler.cpu1 - sampler.cpu0) / span:.3f} "
@@ -180,16 +186,23 @@ def measure(prometheus: str, duration: float) -> tuple[Sampler, dict[str, Any]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", default="60s")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 s runs, 20 scrapes: checks in seconds that it runs; the figures mean little",
+    )
     args = ap.parse_args()
     from testbed.units import parse_duration
 
-    d = parse_duration(args.duration)
-    off, _ = measure("off", d)
-    on, summary = measure("embedded", d)
+    d = 3.0 if args.quick else parse_duration(args.duration)
+    extra = {"measure.warmup": "0.5s", "measure.cooldown": "0s"} if args.quick else None
+    off, _ = measure("off", d, extra)
+    on, summary = measure("embedded", d, extra, 1.5 if args.quick else 5)
     share = lambda s: (s.cpu1 - s.cpu0) / (s.t1 - s.t0)  # noqa: E731
     prom_share = (on.prom_cpu1 - on.prom_cpu0) / (on.t1 - on.t0)
     hosts = summary["horovod"]["workers"]
-    per_scrape = {k: cpu_per_scrape(k) for k in ("horovod", "websearch", "orchestrator")}
+    n = 20 if args.quick else 400
+    per_scrape = {k: cpu_per_scrape(k, n) for k in ("horovod", "websearch", "orchestrator")}
     interval = summary["metrics"]["scrape_interval_s"]
     exporters = (
         hosts * (per_scrape["horovod"] + per_scrape["websearch"]) + per_scrape["orchestrator"]

@@ -20,8 +20,10 @@ costs to build, and whether a run measures the same on both runtimes.
   goodput_ratio_docker_100mbit
                  one bulk TCP flow between two containers on a 100 Mbit/s link, goodput / cap
 
-Run as root with dockerd running: `.venv/bin/python benchmarks/runtime.py [--cold]`; the JSON
-line is the last line.
+Run as root with dockerd running: `.venv/bin/python benchmarks/runtime.py [--cold] [--quick]`;
+the JSON line is the last line. --quick: 2 hosts, one run of each kind, 2 s runs with a 0.5 s
+warm-up and Prometheus off, to check in seconds (once the node image exists) that it runs; its
+figures mean little.
 """
 
 from __future__ import annotations
@@ -39,14 +41,17 @@ import yaml
 from testbed.images import build_images, ensure_node_image
 from testbed.orchestrator import run
 from testbed.resolve import load_scenario_data
-from testbed.runtime.base import make_runtime, teardown
+from testbed.runtime import registry as runtimes
 from testbed.runtime.docker import client
+from testbed.scenario import apply_overrides
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import LinkSpec, plan_links
 from testbed.state import RunState
 from testbed.topology import new_run_id, single_tor
 
 ROOT = Path(__file__).resolve().parents[1]
+# overrides of every run (--quick: a short warm-up, Prometheus off)
+OVERRIDES: dict[str, Any] = {}
 
 
 def setup_teardown(runtime: str, hosts: int, image: str, tmp: Path) -> tuple[float, float]:
@@ -59,22 +64,21 @@ def setup_teardown(runtime: str, hosts: int, image: str, tmp: Path) -> tuple[flo
     st = RunState(run_id=run_id, scenario="bench", out_dir=str(tmp), runtime=runtime)
     st.save()
     t0 = time.monotonic()
-    rt = make_runtime(s, plan, st, tmp, image if runtime == "docker" else None)
+    prepared = image if runtime == "docker" else None
+    rt = runtimes.get(runtime).create(plan, st, s, tmp, prepared, {})
     try:
         rt.build()
         t = s.topology
-        plans = plan_links(
-            plan.link_ends(), LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit),
-            s.tc_profile, False,
-        )  # fmt: skip
+        spec = LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit, t.mtu)
+        plans = plan_links(plan.link_ends(), spec, s.tc_profile, False)
         st.record(*({"kind": "qdisc", "netns": p.end.netns, "ifname": p.end.ifname,
                      "handle": "1:"} for p in plans))  # fmt: skip
-        apply_plans(plans)
+        apply_plans(plans, rt.netlink)
         setup = time.monotonic() - t0
     finally:
         rt.close()
         t1 = time.monotonic()
-        problems = teardown(st)
+        problems = runtimes.teardown(st)
         down = time.monotonic() - t1
         st.remove()
     if problems:
@@ -87,18 +91,18 @@ def mean_iteration(path: Path, duration: str, out: Path, load: bool = True) -> f
     data["duration"] = duration
     if not load:
         del data["workloads"]["websearch"]
-    summary = run(load_scenario_data(data, str(path.parent)), out=out).summary
+    s = load_scenario_data(apply_overrides(data, OVERRIDES), str(path.parent))
+    summary = run(s, out=out).summary
     return float(summary["horovod"]["iteration_time_s"]["mean"])
 
 
-def goodput_ratio(out: Path) -> float:
+def goodput_ratio(out: Path, duration: str = "10s") -> float:
     rate = 100_000_000
-    s = load_scenario_data(
-        {"name": "gp", "runtime": "docker", "duration": "10s",
-         "measure": {"warmup": "1s", "cooldown": "0s"},
-         "topology": {"hosts": 2, "link_rate": rate},
-         "workloads": {"linkcheck": {"pattern": "single", "short": False}}}, "bench"
-    )  # fmt: skip
+    data = {"name": "gp", "runtime": "docker", "duration": duration,
+            "measure": {"warmup": "1s", "cooldown": "0s"},
+            "topology": {"hosts": 2, "link_rate": rate},
+            "workloads": {"linkcheck": {"pattern": "single", "short": False}}}  # fmt: skip
+    s = load_scenario_data(apply_overrides(data, OVERRIDES), "bench")
     summary = run(s, out=out).summary
     (flow,) = [f for f in summary["linkcheck"]["bulk"] if f["src"] == "h1"]
     return float(flow["goodput_bps"]) / rate
@@ -110,7 +114,21 @@ def main() -> None:
     ap.add_argument("--duration", default="60s", help="of each thesis-mini run with load")
     ap.add_argument("--repeats", type=int, default=3, help="Horovod-alone runs per runtime")
     ap.add_argument("--sizes", default="8,32")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 hosts, 1 repeat, 2 s runs: checks in seconds that it runs (the node image "
+        "built first if missing)",
+    )
     args = ap.parse_args()
+    alone_s, goodput_s = "30s", "10s"
+    if args.quick:
+        args.sizes, args.repeats, args.duration = "2", 1, "2s"
+        alone_s = goodput_s = "2s"
+        OVERRIDES.update({
+            "measure.warmup": "0.5s", "measure.cooldown": "0s", "metrics.prometheus": "off",
+            "topology.hosts": 2,
+        })  # fmt: skip
     engine = client()
     result: dict[str, Any] = {"image_build_s": {"cold": None, "warm": None}}
     if args.cold:
@@ -141,7 +159,9 @@ def main() -> None:
         alone: dict[str, list[float]] = {"netns": [], "docker": []}
         for i in range(args.repeats):
             for runtime, path in examples.items():
-                alone[runtime].append(mean_iteration(path, "30s", t / f"{runtime}{i}", load=False))
+                alone[runtime].append(
+                    mean_iteration(path, alone_s, t / f"{runtime}{i}", load=False)
+                )
                 print(f"Horovod alone, {runtime}: mean iteration {alone[runtime][-1]:.3f} s",
                       flush=True)  # fmt: skip
         med = {k: statistics.median(v) for k, v in alone.items()}
@@ -152,7 +172,7 @@ def main() -> None:
             f"with load: netns {loaded['netns']:.3f} s, docker {loaded['docker']:.3f} s", flush=True
         )
         result["iteration_ratio_with_load"] = round(loaded["docker"] / loaded["netns"], 3)
-        result["goodput_ratio_docker_100mbit"] = round(goodput_ratio(t / "g"), 3)
+        result["goodput_ratio_docker_100mbit"] = round(goodput_ratio(t / "g", goodput_s), 3)
     print(json.dumps(result))
 
 

@@ -23,16 +23,19 @@
                      0.5 s run (prometheus off) and Mininet's whole `mn --switch lxbr
                      --controller none --topo single,N --link tc,bw=100 --test none` process
                      (egress only, one class), both timed from outside, runs alternating,
-                     medians (7 of each, 3 with --quick). Mininet is installed with apt when
-                     missing.
+                     medians (7 of each, 3 with --short). Mininet is installed with apt when
+                     missing (never with --quick).
   ratio_vs_mininet_64/_256   whole-process testbed up / whole-process mn, from those medians:
                      the targets are ≤ 0.30 at 64 hosts and ≤ 0.15 at 256
   leafspine_setup_s  build + shape and teardown of a 256-host leaf-spine (8 leaves × 32 hosts,
                      4 spines)
   leafspine_1000_s   the whole `up` of a workload-free 1000-host leaf-spine (20 × 50, 4 spines)
 
-Run as root: `.venv/bin/python benchmarks/shaping.py [--quick]` (--quick: shorter runs, no
-1000-host fabric). The machine's speed varies from hour to hour; compare figures of one run.
+Run as root: `.venv/bin/python benchmarks/shaping.py [--short | --quick]` (--short: shorter
+runs, no 1000-host fabric; --quick: every measurement once at its smallest size, 1.5-2 s runs,
+Prometheus off, 8 hosts, Mininet only if installed: it checks that the benchmark runs, in
+seconds, and its figures mean little). The machine's speed varies from hour to hour; compare
+figures of one run.
 Mininet is never cleaned with `mn -c`, which deletes /tmp/*.log: its own exit removes its links,
 and the machine-wide sysctls its start raises (TCP buffers among them) are put back after it.
 """
@@ -54,9 +57,13 @@ from typing import Any
 from testbed.orchestrator import run
 from testbed.resolve import load_scenario_data
 
+# what every run sets unless it sets its own; --quick shortens the warm-up and turns
+# Prometheus off (its start and final scrape would be most of a 2 s run)
+DEFAULTS: dict[str, Any] = {"measure": {"warmup": "2s", "cooldown": "0s"}}
+
 
 def run_one(name: str, data: dict[str, Any]) -> dict[str, Any]:
-    data = {"measure": {"warmup": "2s", "cooldown": "0s"}, **data}
+    data = {**DEFAULTS, **data}
     s = load_scenario_data({"name": name, **data}, "benchmark")
     with tempfile.TemporaryDirectory() as d:
         return run(s, out=Path(d) / "run").summary
@@ -113,7 +120,7 @@ def short_fct(profile: str, loaded: bool, rate: str, duration: str) -> float:
     return st["mean"]
 
 
-def small_flow_over_link(rate: str, mtu: int, duration: str) -> float | None:
+def small_flow_over_link(rate: str, mtu: int, duration: str, warmup: str = "1s") -> float | None:
     """The worst case for a token bucket: every bucket full when a small flow starts."""
     with tempfile.TemporaryDirectory() as d:
         cdf = Path(d) / "small.csv"
@@ -122,7 +129,7 @@ def small_flow_over_link(rate: str, mtu: int, duration: str) -> float | None:
             "small",
             {
                 "duration": duration,
-                "measure": {"warmup": "1s", "cooldown": "1s"},
+                "measure": {"warmup": warmup, "cooldown": warmup},
                 "topology": {"hosts": 3, "link_rate": rate, "mtu": mtu},
                 "tc_profile": "thesis-2band",
                 "workloads": {"websearch": {"sizes": str(cdf), "utilization": "5%"}},
@@ -222,6 +229,10 @@ def whole_process(hosts: int, runs: int, with_mininet: bool) -> dict[str, Any]:
     return out
 
 
+def mininet_available() -> bool:
+    return shutil.which("mn") is not None
+
+
 def ensure_mininet() -> bool:
     """Mininet is the benchmark's own dependency, not testbed's: install it here if missing."""
     if shutil.which("mn") is None:
@@ -261,27 +272,42 @@ def _mininet(hosts: int) -> float | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="shorter runs, no 1000-host fabric")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--short", action="store_true", help="shorter runs, no 1000-host fabric")
+    size.add_argument(
+        "--quick",
+        action="store_true",
+        help="seconds: every measurement once, smallest sizes (checks that it runs; the "
+        "figures are not worth comparing)",
+    )
     ap.add_argument(
         "--whole-process-only",
         action="store_true",
         help="only the whole-process comparison with Mininet (64 and 256 hosts)",
     )
     args = ap.parse_args()
+    quick = args.quick
+    runs = 1 if quick else 3 if args.short else 7
+    scale_hosts = (8,) if quick else (64, 256)
     if args.whole_process_only:
-        have = ensure_mininet()
-        runs = 3 if args.quick else 7
-        whole = {str(n): whole_process(n, runs, have) for n in (64, 256)}
+        have = mininet_available() if quick else ensure_mininet()
+        whole = {str(n): whole_process(n, runs, have) for n in scale_hosts}
         print(json.dumps({"whole_process": whole}))
         return 0
-    d = "5s" if args.quick else "10s"
+    if quick:
+        DEFAULTS.update(measure={"warmup": "0.5s", "cooldown": "0s"}, metrics={"prometheus": "off"})
+    d = "1.5s" if quick else "5s" if args.short else "10s"
     rates = ("10mbit", "100mbit", "1gbit", "2.5gbit", "5gbit", "10gbit")
-    measured = {rate: goodput(rate, d) for rate in rates}
-    jumbo = {rate: goodput(rate, d, 9000) for rate in rates[2:]}
+    measured = {rate: goodput(rate, d) for rate in (("100mbit",) if quick else rates)}
+    jumbo = {rate: goodput(rate, d, 9000) for rate in (("1gbit",) if quick else rates[2:])}
+    small_cases = [("100mbit", 1500)] if quick else [
+        (rate, mtu) for rate in ("10mbit", "100mbit", "1gbit") for mtu in (1500, 9000)
+    ]  # fmt: skip
     small = {
-        f"{rate}/{mtu}": small_flow_over_link(rate, mtu, "16s")
-        for rate in ("10mbit", "100mbit", "1gbit")
-        for mtu in (1500, 9000)
+        f"{rate}/{mtu}": small_flow_over_link(
+            rate, mtu, "2s" if quick else "16s", "0.5s" if quick else "1s"
+        )
+        for rate, mtu in small_cases
     }
     iso = {}
     for profile in ("thesis-2band", "fifo"):
@@ -289,16 +315,20 @@ def main() -> int:
         busy = short_fct(profile, True, "100mbit", d)
         iso[profile] = busy / idle
     setup, teardown, up = {}, {}, {}
-    for n in (8, 64, 256):
+    for n in (8,) if quick else (8, 64, 256):
         setup[str(n)], teardown[str(n)], up[str(n)] = setup_teardown({"hosts": n})
-    have_mn = ensure_mininet()
+    have_mn = mininet_available() if quick else ensure_mininet()
     if not have_mn:
-        print("mininet could not be installed: no comparison")
-    runs = 3 if args.quick else 7
-    whole = {str(n): whole_process(n, runs, have_mn) for n in (64, 256)}
-    ls = setup_teardown({"kind": "leaf-spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 32})
+        print(f"mininet {'is not installed' if quick else 'could not be installed'}: no comparison")
+    whole = {str(n): whole_process(n, runs, have_mn) for n in scale_hosts}
+    fabric = (
+        {"kind": "leaf-spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2}
+        if quick
+        else {"kind": "leaf-spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 32}
+    )
+    ls = setup_teardown(fabric)
     big = None
-    if not args.quick:
+    if not (quick or args.short):
         big = setup_teardown(
             {"kind": "leaf-spine", "leaves": 20, "spines": 4, "hosts_per_leaf": 50}
         )
@@ -316,9 +346,13 @@ def main() -> int:
         "teardown_s": {k: round(v, 3) for k, v in teardown.items()},
         "up_in_process_s": {k: round(v, 2) for k, v in up.items()},
         "whole_process": whole,
-        "ratio_vs_mininet_64": whole["64"]["ratio"],
-        "ratio_vs_mininet_256": whole["256"]["ratio"],
-        "leafspine_setup_s": {"hosts": 256, "setup": round(ls[0], 3), "teardown": round(ls[1], 3)},
+        "ratio_vs_mininet_64": whole.get("64", {}).get("ratio"),
+        "ratio_vs_mininet_256": whole.get("256", {}).get("ratio"),
+        "leafspine_setup_s": {
+            "hosts": fabric["leaves"] * fabric["hosts_per_leaf"],
+            "setup": round(ls[0], 3),
+            "teardown": round(ls[1], 3),
+        },
         "leafspine_1000_s": None if big is None else round(big[2], 2),
     }
     print(json.dumps(result))

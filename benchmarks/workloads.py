@@ -24,7 +24,9 @@ JSON line:
                         gloo; bucket_cap 5 MB; the prediction models DDP's own buckets, the
                         first at most 1 MiB)
 
-Run as root: `.venv/bin/python benchmarks/workloads.py [--quick]`.
+Run as root: `.venv/bin/python benchmarks/workloads.py [--short | --quick]` (--short: 15 s
+runs; --quick: 2 s runs with a 0.5 s warm-up, Prometheus off and smaller jobs, to check in
+seconds that it runs: its figures mean little).
 """
 
 from __future__ import annotations
@@ -42,12 +44,20 @@ from testbed.resolve import load_scenario_data
 from testbed.workloads.training import predict
 from testbed.workloads.websearch import flowsizes
 
+# what every run sets besides its own fields (--quick: a short warm-up, Prometheus off)
+DEFAULTS: dict[str, Any] = {}
 
-def run_one(data: dict[str, Any], keep: str | None = None) -> tuple[dict[str, Any], Path | None]:
-    s = load_scenario_data({"name": "bench", **data}, "benchmark")
-    d = Path(tempfile.mkdtemp(prefix="tb-bench-"))
-    summary = run(s, out=d / "run").summary
-    return summary, (d / "run" if keep else None)
+
+def run_one(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The run's summary and the rows of its flows.csv (none without web-search load)."""
+    s = load_scenario_data({"name": "bench", **DEFAULTS, **data}, "benchmark")
+    with tempfile.TemporaryDirectory(prefix="tb-bench-") as d:
+        summary = run(s, out=Path(d) / "run").summary
+        flows = Path(d) / "run" / "flows.csv"
+        if not flows.exists():
+            return summary, []
+        with open(flows, newline="") as f:
+            return summary, list(csv.DictReader(f))
 
 
 def horovod(
@@ -57,6 +67,7 @@ def horovod(
     if backend == "torch-ddp":  # buckets the size of Horovod's fusion buffer in the other runs
         job.update(backend=backend, bucket_cap="5MB")
     data = {
+        **DEFAULTS,
         "duration": duration,
         "topology": {"hosts": 2, "link_rate": rate},
         "workloads": {"horovod": job},
@@ -69,11 +80,23 @@ def horovod(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--short", action="store_true", help="15 s runs instead of 30 s")
+    size.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 s runs: checks in seconds that it runs; the figures are not worth comparing",
+    )
     args = ap.parse_args()
-    d = "15s" if args.quick else "30s"
+    d = "2s" if args.quick else "15s" if args.short else "30s"
+    # the compute-bound job's compute; the network-bound job's model and compute (compute
+    # about a quarter of the allreduce): --quick shrinks them, so that a 2 s run holds iterations
+    cb_compute = "100ms" if args.quick else "400ms"
+    nb_model, nb_compute = ("2MB", "50ms") if args.quick else ("10MB", "200ms")
+    if args.quick:
+        DEFAULTS.update(measure={"warmup": "0.5s", "cooldown": "0s"}, metrics={"prometheus": "off"})
 
-    mean, compute, n1, scen = horovod("1gbit", "400ms", "1MB", d)
+    mean, compute, n1, scen = horovod("1gbit", cb_compute, "1MB", d)
     o1 = (mean - compute) / compute
     pred = predict.for_scenario(scen)["iteration_s"]
     e1 = abs(mean - pred) / pred
@@ -83,15 +106,15 @@ def main() -> int:
         f"(error {e1:.3f}; {n1} iterations)"
     )
 
-    mean, compute, n2, scen = horovod("100mbit", "200ms", "10MB", d)
+    mean, compute, n2, scen = horovod("100mbit", nb_compute, nb_model, d)
     pred = predict.for_scenario(scen)["iteration_s"]
     e2 = abs(mean - pred) / pred
     print(
-        f"network-bound (2 workers, 10 MB, 100 Mbit/s): mean iteration {mean * 1e3:.1f} ms, "
+        f"network-bound (2 workers, {nb_model}, 100 Mbit/s): mean iteration {mean * 1e3:.1f} ms, "
         f"predicted {pred * 1e3:.1f} ms, error {e2:.3f} ({n2} iterations)"
     )
 
-    mean, compute, n3, scen = horovod("1gbit", "400ms", "1MB", d, "torch-ddp")
+    mean, compute, n3, scen = horovod("1gbit", cb_compute, "1MB", d, "torch-ddp")
     o4 = (mean - compute) / compute
     pred = predict.for_scenario(scen)["iteration_s"]
     e4 = abs(mean - pred) / pred
@@ -100,26 +123,24 @@ def main() -> int:
         f"compute {compute * 1e3:.0f} ms (overhead {o4:+.3f}), predicted {pred * 1e3:.1f} ms "
         f"(error {e4:.3f}; {n3} iterations)"
     )
-    mean, compute, n4, scen = horovod("100mbit", "200ms", "10MB", d, "torch-ddp")
+    mean, compute, n4, scen = horovod("100mbit", nb_compute, nb_model, d, "torch-ddp")
     pred = predict.for_scenario(scen)["iteration_s"]
     e5 = abs(mean - pred) / pred
     print(
-        f"torch-ddp network-bound (2 workers, 10 MB, 100 Mbit/s): mean iteration "
+        f"torch-ddp network-bound (2 workers, {nb_model}, 100 Mbit/s): mean iteration "
         f"{mean * 1e3:.1f} ms, predicted {pred * 1e3:.1f} ms, error {e5:.3f} ({n4} iterations)"
     )
 
     rate = 23.0  # per host: 184 flows/s over the 8 hosts
-    s, folder = run_one({
-        "duration": "12s" if args.quick else "20s",
+    s, flows = run_one({
+        "duration": "2s" if args.quick else "12s" if args.short else "20s",
         "topology": {"hosts": 8, "link_rate": "1gbit"},
         "workloads": {"websearch": {"arrival_rate": rate}},
-    }, keep="yes")  # fmt: skip
+    })  # fmt: skip
     ws = s["websearch"]
     achieved = ws["arrival_rate_per_host"]["achieved"]
     e3 = abs(achieved - rate) / rate
-    assert folder is not None
-    with open(folder / "flows.csv", newline="") as f:
-        sizes = sorted(int(r["size_bytes"]) for r in csv.DictReader(f))
+    sizes = sorted(int(r["size_bytes"]) for r in flows)
     cdf = flowsizes.WEBSEARCH
     n = len(sizes)
     ks = max(max(abs(flowsizes.cdf_at(cdf, x) - i / n), abs(flowsizes.cdf_at(cdf, x) - (i + 1) / n))
