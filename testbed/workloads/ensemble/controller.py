@@ -8,7 +8,8 @@ the storage's uplink unevenly, the models together).
 
 A model's image rate is the bytes its streams received between the window's two edges, as its
 kernel counted them, in images (window_rate): by construction no more than its links carried
-then. Counting rounds instead (the first to the last completed in the window) read up to 13 %
+then (the kernel counts bytes in order, so after a loss, at most what it held out of order at
+the first edge comes on top: none where queues drop nothing). Counting rounds instead (the first to the last completed in the window) read up to 13 %
 above what the wire could have carried (issue 35): the rounds straddle the edges, arrive in
 bursts, and models' spans differ, so their rates do not add up to a link's."""
 
