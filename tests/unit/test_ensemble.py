@@ -6,7 +6,12 @@ import pytest
 
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
-from testbed.workloads.ensemble.controller import over_limit, round_bytes_in, window_rate
+from testbed.workloads.ensemble.controller import (
+    link_load,
+    over_limit,
+    round_bytes_in,
+    window_rate,
+)
 
 BLOCK = 8 * 150_528  # bytes of a preprocessed block: batch 8, 224·224·3 images
 RAW = 8 * 110_000  # bytes of a raw block
@@ -134,3 +139,22 @@ def test_a_models_rate_is_the_bytes_it_received_between_the_edges():
     assert window_rate(at, 1000, 32) == pytest.approx(3 * 32 / 2)
     assert window_rate(at, 0, 32) == pytest.approx(5 * 32 / 2)
     assert window_rate({"start": at["start"]}, 1000, 32) is None
+
+
+def test_the_pattern_load_on_its_busiest_link_by_hand():
+    """h2 sent h1 10 MB and h3 5 MB in a 2 s window, h3 sent h1 1 MB: h2's uplink was busy
+    15 MB · 8 / 100 Mbit/s = 1.2 s of the 2, the busiest; h1's downlink 0.88 s."""
+    topo = ensemble_topology()
+    at = {
+        "h1": {"start": {"received": {"h2": 1000}}, "stop": {"received": {"h2": 10_001_000, "h3": 1_000_000}}},
+        "h3": {"start": {"received": {}}, "stop": {"received": {"h2": 5_000_000}}},
+        "h4": {"start": {"received": {}}},  # no second read: nothing
+    }  # fmt: skip
+    assert link_load(topo, at, 2.0) == {"max": pytest.approx(0.6), "link": "h2 up"}
+    assert link_load(topo, {}, 2.0) == {"max": None, "link": None}
+
+
+def ensemble_topology():
+    return load_scenario_data(
+        {"name": "e", "topology": {"hosts": 5, "link_rate": "100mbit"}}, "e.yaml"
+    ).topology

@@ -2,16 +2,18 @@
 host; the rounds merged into rounds.csv (rounds-<name>.csv for an instance not named ensemble)
 and summarised: each model's image rate in the measured window (peak(n) without train_rate),
 its share of the window spent waiting for data, the bytes the pattern moved, each
-preprocessor's measured pace against its configured one, and each rate against its limits
+preprocessor's measured pace against its configured one, each rate against its limits
 (preprocessing, and the pattern's busiest link; for duplicated pipelines, whose streams split
-the storage's uplink unevenly, the models together).
+the storage's uplink unevenly, the models together), and the load the delivered bytes put on
+the busiest link (link_load: the physics, whichever models ran ahead).
 
 A model's image rate is the bytes its streams received between the window's two edges, as its
 kernel counted them, in images (window_rate): by construction no more than its links carried
 then (the kernel counts bytes in order, so after a loss, at most what it held out of order at
-the first edge comes on top: none where queues drop nothing). Counting rounds instead (the first to the last completed in the window) read up to 13 %
-above what the wire could have carried (issue 35): the rounds straddle the edges, arrive in
-bursts, and models' spans differ, so their rates do not add up to a link's."""
+the first edge comes on top: none where queues drop nothing). Counting rounds instead (the
+first to the last completed in the window) read up to 13 % above what the wire could have
+carried (issue 35): the rounds complete in bursts, the edges cut them unevenly, and models'
+spans differ, so their rates do not add up to a link's."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import logging
 from typing import Any
 
 from testbed.metrics import describe
+from testbed.paths import link_seconds
 from testbed.topology import Host
 from testbed.workloads.controller import Controller
 from testbed.workloads.ensemble.node import FIELDS, HEADER
@@ -61,6 +64,23 @@ def window_rate(at: dict[str, Any], per_round: int, images: int) -> float | None
         got = sum(at["stop"]["received"].values()) - sum(at["start"]["received"].values())
         return got / per_round * images / span
     return (at["stop"]["rounds"] - at["start"]["rounds"]) * images / span
+
+
+def link_load(topology: Any, counters: dict[str, dict[str, Any]], span: float) -> dict[str, Any]:
+    """The busiest link's share of its wire time over the window taken by the bytes the pattern
+    delivered (every stream's, as its receiver's kernel counted them): payload only, so at most
+    1448/1514 with TCP's timestamps, whichever models ran ahead of the others."""
+    moved = [
+        (src, host, got - at["start"]["received"].get(src, 0))
+        for host, at in counters.items()
+        if "start" in at and "stop" in at
+        for src, got in at["stop"]["received"].items()
+    ]
+    busy = link_seconds(topology, moved) if moved and span > 0 else {}
+    if not busy:
+        return {"max": None, "link": None}
+    link = max(busy, key=lambda k: busy[k])
+    return {"max": busy[link] / span, "link": link}
 
 
 def over_limit(
@@ -185,6 +205,7 @@ class Ensemble(Controller):
                 "busiest_link": d.busiest_link,
             },
             "rate_over_limit": over_limit(c.pattern, rates, d.preprocess_limit, limit, together),
+            "link_load": link_load(self.s.topology, counters, span),
             "preprocessing_rate": {
                 "per_host": pace,
                 "max": max(pace.values(), default=None),

@@ -241,6 +241,7 @@ register(
             "limits": {"preprocess": "hz", "network": "hz", "limit": "hz", "together": "hz"},
             "rate_over_limit": "1",
             "preprocessing_rate": {"per_host": {"*": "hz"}, "max": "hz", "allowed": "hz"},
+            "link_load": {"max": "1"},
             "wait_share": {"mean": "1", "max": "1"},
             "wait_s": {"mean": "s", "p99": "s"},
             "round_bytes": {"raw": "B", "preprocessed": "B"},
