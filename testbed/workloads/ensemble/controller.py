@@ -195,6 +195,10 @@ class Ensemble(Controller):
                 "min": min(rates, default=None),
                 "max": max(rates, default=None),
                 "total": total,
+                # one round over the window: a model's rate can read that much above its
+                # long-run pace where rounds arrive in bursts (preprocessing-bound: all
+                # blocks of a round together), as the window holds one round more or less
+                "resolution": d.images_per_round / span if span else None,
                 "per_model": per_model,
             },
             "limits": {

@@ -236,6 +236,7 @@ register(
                 "min": "hz",
                 "max": "hz",
                 "total": "hz",
+                "resolution": "hz",
                 "per_model": {"*": "hz"},
             },
             "limits": {"preprocess": "hz", "network": "hz", "limit": "hz", "together": "hz"},
