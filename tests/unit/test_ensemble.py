@@ -129,14 +129,17 @@ def test_a_round_brings_each_model_the_blocks_of_its_pattern_by_hand():
     assert round_bytes_in(c) == dict.fromkeys(["h1", "h2", "h3", "h4"], RAW + 11 + 3 * one)
 
 
-def test_a_models_rate_is_the_bytes_it_received_between_the_edges():
-    """3 rounds' bytes over 2 s, 32 images a round: 48 images/s, however its rounds fell; a
-    model whose rounds cross no link counts the rounds it completed; no second read, no rate."""
+def test_a_models_rate_is_its_rounds_capped_by_the_bytes_it_received_between_the_edges():
+    """5 rounds completed in 2 s, 32 images a round: 80 images/s, unless its streams received
+    fewer rounds' bytes in those 2 s (3: 48 images/s, the earlier rounds' bytes were buffered
+    before the window); a model whose rounds cross no link counts its rounds; no second read,
+    no rate."""
     at = {
         "start": {"t": 10.0, "received": {"h2": 100, "h3": 50}, "rounds": 4},
         "stop": {"t": 12.0, "received": {"h2": 100 + 2000, "h3": 50 + 1000, "h4": 0}, "rounds": 9},
     }
     assert window_rate(at, 1000, 32) == pytest.approx(3 * 32 / 2)
+    assert window_rate(at, 500, 32) == pytest.approx(5 * 32 / 2)  # 6 rounds' bytes arrived
     assert window_rate(at, 0, 32) == pytest.approx(5 * 32 / 2)
     assert window_rate({"start": at["start"]}, 1000, 32) is None
 

@@ -7,13 +7,15 @@ preprocessor's measured pace against its configured one, each rate against its l
 the storage's uplink unevenly, the models together), and the load the delivered bytes put on
 the busiest link (link_load: the physics, whichever models ran ahead).
 
-A model's image rate is the bytes its streams received between the window's two edges, as its
-kernel counted them, in images (window_rate): by construction no more than its links carried
-then (the kernel counts bytes in order, so after a loss, at most what it held out of order at
-the first edge comes on top: none where queues drop nothing). Counting rounds instead (the
-first to the last completed in the window) read up to 13 % above what the wire could have
-carried (issue 35): the rounds complete in bursts, the edges cut them unevenly, and models'
-spans differ, so their rates do not add up to a link's."""
+A model's image rate is the rounds it completed between the window's two edges, capped by the
+bytes its streams received between them as its kernel counted them (window_rate): by
+construction no more than its links carried then (the kernel counts bytes in order, so after
+a loss, at most what it held out of order at the first edge comes on top: none where queues
+drop nothing), exact to one round (image_rate.resolution). Rounds from the first to the last
+completed in the window, each model over its own span, read up to 13 % above what the wire
+could have carried (issue 35): rounds complete in bursts, the edges cut them unevenly, and
+rates over different spans do not add up to a link's. Bytes alone read up to 2.2 times the
+preprocessing a model trained at, where its raw stream was held back and its buffers grew."""
 
 from __future__ import annotations
 
@@ -54,16 +56,20 @@ def edge_span(at: dict[str, Any]) -> float | None:
 
 
 def window_rate(at: dict[str, Any], per_round: int, images: int) -> float | None:
-    """A model's images/s in the window from its counters at the edges: the bytes its streams
-    received over a round's bytes (a model whose rounds cross no link: the rounds it
-    completed), times a round's images, over the time between the reads."""
+    """A model's images/s in the window from its counters at the edges: the rounds it
+    completed between the reads (what it trained on), but never more than the bytes its
+    streams received between them (per_round: a round's bytes into it) could carry, times a
+    round's images, over the time between the reads. Completions alone can count rounds whose
+    bytes crossed before the window (its buffers held them); arrivals alone count bytes still
+    waiting in its buffers (a stream held back, as a preprocessor's raw reads are)."""
     span = edge_span(at)
     if span is None:
         return None
-    if per_round:
-        got = sum(at["stop"]["received"].values()) - sum(at["start"]["received"].values())
-        return got / per_round * images / span
-    return (at["stop"]["rounds"] - at["start"]["rounds"]) * images / span
+    done = (at["stop"]["rounds"] - at["start"]["rounds"]) * images / span
+    if not per_round:  # its rounds cross no link
+        return done
+    got = sum(at["stop"]["received"].values()) - sum(at["start"]["received"].values())
+    return min(done, got / per_round * images / span)
 
 
 def link_load(topology: Any, counters: dict[str, dict[str, Any]], span: float) -> dict[str, Any]:
