@@ -3,7 +3,10 @@
     .venv/bin/python docs/results/ensemble_figures.py runs/ensemble-peak
 
 Prints a markdown table (per network, pattern and n: the mean image rate per model, its two
-limits and the share of the limit reached) and writes ensemble-peak.png beside this file."""
+limits, the share of the limit reached, one round over the window, the busiest link's load)
+and writes ensemble-peak.png beside this file. Each model's rate is computed from the run's
+records with the kind's own window_rate, so a sweep run before the estimator changed (issue
+35) reads as the current code would report it."""
 
 from __future__ import annotations
 
@@ -12,6 +15,10 @@ import sys
 from pathlib import Path
 
 import matplotlib
+import yaml
+
+from testbed.resolve import load_scenario_data
+from testbed.workloads.ensemble.controller import round_bytes_in, window_rate
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -30,10 +37,14 @@ def rows(sweep: Path) -> list[dict]:
         if s.get("status") != "ok" or e.get("image_rate", {}).get("mean") is None:
             print(f"skipped {p.name}: status {s.get('status')}, no image rate", file=sys.stderr)
             continue
+        rates = recount(p, s["time_scale"])
         out.append({
             "network": "10gbit" if s["time_scale"] >= 100 else "1gbit",
             "pattern": e["pattern"], "n": e["models"], "p": e["preprocessors"],
-            "rate": e["image_rate"]["mean"], "min": e["image_rate"]["min"],
+            "rate": sum(rates) / len(rates), "min": min(rates), "total": sum(rates),
+            "together": e["limits"]["together"],
+            "resolution": recount_resolution(p, s),
+            "load": (e.get("link_load") or {}).get("max"),
             "pre": e["limits"]["preprocess"], "net": e["limits"]["network"],
             "limit": e["limits"]["limit"], "link": e["limits"].get("busiest_link"),
             "wait": e["wait_share"]["mean"], "per_image": e["bytes_sent"]["per_image"],
@@ -41,19 +52,50 @@ def rows(sweep: Path) -> list[dict]:
     return out
 
 
+def _config(run: Path):
+    s = load_scenario_data(yaml.safe_load((run / "scenario.yaml").read_text()), str(run))
+    return next(iter(s.workloads.values()))
+
+
+def recount(run: Path, k: float) -> list[float]:
+    """Each model's images/s (scenario time) from its counters at the window's edges."""
+    c = _config(run)
+    per_round = round_bytes_in(c)
+    out = []
+    for m in c.d.models:
+        at = json.loads((run / "ensemble" / f"rounds-{m}-bytes.json").read_text())
+        rate = window_rate(at, per_round[m], c.d.images_per_round)
+        out.append((rate or 0.0) * k)
+    return out
+
+
+def recount_resolution(run: Path, s: dict) -> float:
+    """One round over the window, images/s (scenario time)."""
+    return _config(run).d.images_per_round / s["window"]["span_s"]
+
+
 def table(rs: list[dict]) -> str:
     lines = [
         "| network | pattern | n | p | images/s per model (min) | preprocessing limit | "
-        "network limit (busiest link) | of the limit | bytes sent per image |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "network limit (busiest link) | of the limit | one round | link load | "
+        "bytes sent per image |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rs, key=lambda r: (r["network"], PATTERNS.index(r["pattern"]), r["n"])):
         lines.append(
             f"| {r['network']} | {r['pattern']} | {r['n']} | {r['p']} | {r['rate']:.0f} "
             f"({r['min']:.0f}) | {r['pre']:.0f} | {r['net']:.0f} ({r['link']}) | "
-            f"{r['rate'] / r['limit']:.0%} | {r['per_image']:,.0f} |"
+            f"{share(r):.0%} | {r['resolution']:.0f} | "
+            f"{'–' if r['load'] is None else format(r['load'], '.3f')} | {r['per_image']:,.0f} |"
         )
     return "\n".join(lines)
+
+
+def share(r: dict) -> float:
+    """Of the limit: duplicated pipelines bound by storage's uplink, together; else each."""
+    if r["pattern"] == "duplicated" and r["limit"] == r["net"]:
+        return r["total"] / r["together"]
+    return r["rate"] / r["limit"]
 
 
 def plot(rs: list[dict], path: Path) -> None:
