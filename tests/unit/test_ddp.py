@@ -57,7 +57,17 @@ def test_backend_and_bucket_cap_defaults():
 @pytest.mark.parametrize(
     ("job", "needle"),
     [
-        ({"backend": "torch-ddp", "barrier": False}, "workloads.horovod.barrier"),
+        # schedules a backend cannot run (issue 31): Horovod negotiates its own order and
+        # fuses dynamically; a real model steps with its framework's own schedule
+        ({"queue": "priority"}, "workloads.horovod.queue"),
+        ({"fusion": "static"}, "workloads.horovod.fusion"),
+        ({"fusion": "buckets"}, "workloads.horovod.fusion"),
+        ({"queue": "lifo"}, "workloads.horovod.queue"),
+        ({"backend": "torch-ddp", "fusion": "greedy"}, "workloads.horovod.fusion"),
+        ({"backend": "torch-ddp", "mode": "real", "barrier": False}, "workloads.horovod.barrier"),
+        ({"mode": "real", "barrier": False}, "workloads.horovod.barrier"),
+        ({"backend": "torch-ddp", "mode": "real", "queue": "priority"}, "workloads.horovod.queue"),
+        ({"backend": "torch-ddp", "mode": "real", "fusion": "static"}, "workloads.horovod.fusion"),
         ({"backend": "mpi"}, "workloads.horovod.backend"),
         ({"gpus": 0}, "workloads.horovod.gpus"),
         ({"gpus": True}, "workloads.horovod.gpus"),
@@ -76,6 +86,33 @@ def test_backend_and_bucket_cap_defaults():
 def test_bad_combinations_name_the_field(job, needle):
     with pytest.raises(ScenarioError, match=needle.replace(".", r"\.")):
         _load(job)
+
+
+@pytest.mark.parametrize(
+    ("job", "needle"),
+    [
+        ({"queue": "priority"}, "backend torch-ddp"),
+        ({"fusion": "static"}, "backend torch-ddp"),
+        ({"backend": "torch-ddp", "mode": "real", "barrier": False}, "mode: synthetic"),
+    ],
+)
+def test_a_refused_schedule_says_which_backend_or_mode_can(job, needle):
+    with pytest.raises(ScenarioError, match=needle) as e:
+        _load(job)
+    assert len(str(e.value).strip().splitlines()) == 1
+
+
+def test_torch_ddp_accepts_the_thesis_schedule_in_synthetic_mode():
+    """queue: priority, barrier: false, fusion: static (or dynamic): run by ddp_schedule."""
+    from testbed.workloads.training.spec import fusion_of
+
+    for fusion in ("static", "dynamic", "buckets"):
+        job = {"backend": "torch-ddp", "queue": "priority", "barrier": False, "fusion": fusion}
+        h = _load(job).workloads.horovod
+        assert (h.queue, h.barrier, fusion_of(h)) == ("priority", False, fusion)
+    assert fusion_of(_load({"backend": "torch-ddp"}).workloads.horovod) == "buckets"
+    assert fusion_of(_load({}).workloads.horovod) == "dynamic"
+    assert _load({"barrier": False}).workloads.horovod.barrier is False  # Horovod's, as before
 
 
 def _gpu_scenario(job, runtime="netns", image=None):

@@ -22,6 +22,7 @@ from testbed.errors import RunFailure
 from testbed.runtime.base import NodeProcess
 from testbed.stopping import checkpoint
 from testbed.workloads.training.horovod import HorovodJob, mark_group, nccl_env
+from testbed.workloads.training.spec import fusion_of
 
 log = logging.getLogger(__name__)
 WORKER_MODULE = "testbed.workloads.training.ddp_worker"
@@ -42,6 +43,9 @@ class DdpJob(HorovodJob):
         return {
             **super()._config(),
             "bucket_cap": self.cfg.bucket_cap,
+            "queue": self.cfg.queue,
+            "fusion": fusion_of(self.cfg),
+            "fusion_threshold": self.cfg.fusion_threshold,
             "dist_backend": "nccl" if self.on_gpu else "gloo",
             "device": "cuda" if self.on_gpu else "cpu",
         }

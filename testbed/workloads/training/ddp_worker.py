@@ -11,7 +11,8 @@ synthetic: real float32 gradients with the layer sizes of the profile, compute e
   packed into buckets (the first one at most 1 MiB, as DDP's first bucket, the others at most
   `bucket_cap` bytes); during backward a bucket's allreduce starts as soon as the last of its
   layers has its gradient, and the optimizer step (the next forward) waits for every bucket.
-  DDP has no "no barrier" mode.
+  Any other schedule (queue: priority, barrier: false, fusion: static or dynamic), which DDP
+  cannot run, is ddp_schedule.py's loop.
 real: DistributedDataParallel around a small CNN on random data (CPU), bucket_cap_mb from the
   scenario.
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.window import wait_for_go
+from testbed.workloads.training.ddp_schedule import scheduled
 from testbed.workloads.training.horovod_worker import (
     FINISH,
     Clock,
@@ -74,6 +76,9 @@ class StopVote:
 
 
 def synthetic(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: float) -> None:
+    schedule = (cfg.get("fusion", "buckets"), cfg.get("queue", "fifo"), cfg["barrier"])
+    if schedule != ("buckets", "fifo", True):  # a schedule DDP cannot run
+        return scheduled(cfg, dist, torch, rec, deadline)
     layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
     plan = buckets_for([int(x[1]) for x in layers], int(cfg["bucket_cap"]))
     device = torch.device(cfg.get("device", "cpu"))

@@ -43,6 +43,27 @@ def buckets_for(params: list[int], cap_bytes: int) -> list[list[int]]:
     return out
 
 
+def static_buffers(nbytes: list[int | float], threshold: float) -> list[list[int]]:
+    """The thesis' fixed fusion buffers (its ns-3 worker's InitializeRingAllReduceMap): layers
+    walked from the last to the first, each joining the current buffer while the buffer stays
+    ≤ `threshold` bytes; a layer larger than the threshold gets a buffer of its own. Returns
+    the buffers in the order backward makes them ready (the last layer's first), each one's
+    layer indices ascending; a buffer is ready when its lowest layer is. (The Python simulator
+    of the thesis' ch. 4 mapped first to last instead; the ns-3 code produced ch. 5's figures.)"""
+    out: list[list[int]] = []
+    current: list[int] = []
+    size = 0.0
+    for j in range(len(nbytes) - 1, -1, -1):
+        if current and size + nbytes[j] > threshold:
+            out.append(sorted(current))
+            current, size = [], 0.0
+        current.append(j)
+        size += nbytes[j]
+    if current:
+        out.append(sorted(current))
+    return out
+
+
 @dataclass(frozen=True)
 class Layer:
     name: str

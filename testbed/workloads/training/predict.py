@@ -16,9 +16,10 @@ delayed ACK per two frames): B_eff = rate · 2·1448 / (2·1514 + 66) ≈ 0.936 
 Fusion:
 - dynamic (Horovod): when the link frees up, the ready gradients are taken in queue order and
   fused until the next one would exceed the threshold (Horovod's cycle time is ignored);
-- static (the thesis' simulator): buffers are fixed up front, layers 0 → L-1 greedily while the
-  sum stays below the threshold, the last layer alone; a buffer is ready when its lowest layer
-  is (backward reaches it last).
+- static (the thesis' ns-3 simulator, which produced its ch. 5 figures): buffers are fixed up
+  front, layers L-1 → 0 greedily while the sum stays ≤ the threshold (models.static_buffers,
+  the mapping the torch-ddp worker reduces too); a buffer is ready when its lowest layer is
+  (backward reaches it last). The ch. 4 Python simulator mapped 0 → L-1 instead.
 - buckets (torch DistributedDataParallel): fixed groups given up front (models.buckets_for:
   output → input, the first at most 1 MiB, the rest at most bucket_cap), each ready when its
   lowest layer is; a model that fits the first bucket is reduced only after its whole
@@ -39,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from testbed.workloads.training import models
 from testbed.workloads.training.models import Layer, buckets_for
 
 if TYPE_CHECKING:
@@ -98,20 +100,8 @@ class Prediction:
 
 
 def static_buffers(layers: list[Layer], fusion_bytes: float) -> list[list[int]]:
-    """The thesis simulator's fixed mapping (its `map_tensors`)."""
-    buffers: list[list[int]] = []
-    current: list[int] = []
-    size = 0.0
-    for j, layer in enumerate(layers[:-1]):
-        if current and size + layer.nbytes >= fusion_bytes:
-            buffers.append(current)
-            current, size = [], 0.0
-        current.append(j)
-        size += layer.nbytes
-    if current:
-        buffers.append(current)
-    buffers.append([len(layers) - 1])
-    return buffers
+    """The thesis' fixed mapping, from the last layer down (models.static_buffers)."""
+    return models.static_buffers([x.nbytes for x in layers], fusion_bytes)
 
 
 def _reduce(
@@ -218,13 +208,13 @@ def for_scenario(s: Scenario) -> dict[str, Any]:
 
 def for_instance(name: str, s: Scenario) -> dict[str, Any]:
     """What the model says of training instance `name`, alone on the network: the iteration
-    time as Horovod runs it (dynamic fusion, FIFO, the scenario's barrier; torch-ddp: DDP's
-    buckets), the same with a
-    priority queue and with the barrier toggled, and the thesis' derived quantities. The
+    time under the job's own schedule (its queue, barrier and fusion: Horovod's dynamic
+    fusion, torch-ddp's DDP buckets unless `fusion` says otherwise), the same fusion with
+    either queue and either barrier, and the thesis' derived quantities. The
     ring runs at its path's bottleneck (paths.ring_bottleneck: the fabric, where consecutive
     ranks sit on different leaves of an oversubscribed leaf-spine)."""
     from testbed.paths import leaf_of
-    from testbed.workloads.training.spec import layers_for
+    from testbed.workloads.training.spec import fusion_of, layers_for
 
     h = s.workloads.get(name)
     if h is None or h.kind not in ("horovod", "torch-ddp"):
@@ -243,17 +233,18 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
     hops = 4 if crosses else 2
     net = Network(n, rate, ack_efficiency(s.topology.mtu), step_latency_s=hops * s.topology.delay)
     layers = layers_for(h)
-    if h.backend == "torch-ddp":  # DDP's own buckets, not Horovod's fusion
+    kind = fusion_of(h)
+    if kind == "buckets":  # DDP's own buckets, not Horovod's fusion
         groups = tuple(tuple(b) for b in buckets_for([x.params for x in layers], h.bucket_cap))
         fusion: Any = {"fusion_bytes": h.bucket_cap, "fusion": "buckets", "buckets": groups}
     else:
-        fusion = {"fusion_bytes": h.fusion_threshold, "fusion": "dynamic"}
+        fusion = {"fusion_bytes": h.fusion_threshold, "fusion": kind}
     variants = {}
     for queue in ("fifo", "priority"):
         for barrier in (True, False):
             p = simulate(layers, net, Schedule(queue=queue, barrier=barrier, **fusion))
             variants[f"{queue}{'' if barrier else '-nobarrier'}"] = p.iteration_s
-    it = variants[f"fifo{'' if h.barrier else '-nobarrier'}"]
+    it = variants[f"{h.queue}{'' if h.barrier else '-nobarrier'}"]
     return {
         "instance": name,
         "workers": n,
@@ -265,6 +256,7 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
         "network_s": d.bytes_per_iteration * 8 / rate,  # at the raw rate, as R is defined
         "compute_to_network_ratio": d.compute_to_network_ratio,
         "iteration_s": it,
+        "schedule": {"queue": h.queue, "barrier": h.barrier, "fusion": kind},
         "u_horovod_pct": d.bytes_per_iteration * 8 / (it * rate) * 100,
         "variants_s": variants,
         "efficiency": net.efficiency,
@@ -293,11 +285,13 @@ def print_prediction(out: Any, who: str, p: dict[str, Any]) -> None:
         f"ring's rate (R_cp_to_nw {p['compute_to_network_ratio']:.3g}); the model moves bytes "
         f"at TCP's {p['efficiency']:.3f} of the rate"
     )
+    sched = p["schedule"]
     out.print(
-        f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/], "
+        f"predicted iteration time [bold]{p['iteration_s'] * 1e3:.1f} ms[/] ({sched['queue']}, "
+        f"{'barrier' if sched['barrier'] else 'no barrier'}, {sched['fusion']} fusion), "
         f"U_horovod {p['u_horovod_pct']:.2f}% of the ring's bottleneck (no background load)"
     )
-    t = Table(title="the same job with other gradient schedules")
+    t = Table(title=f"the same job with other gradient schedules ({sched['fusion']} fusion)")
     for col in ("queue", "barrier", "iteration (ms)"):
         t.add_column(col, justify="right")
     for variant, v in p["variants_s"].items():

@@ -130,9 +130,27 @@ class HorovodWorkload(Placed):
         "sets compute_time",
     )
     barrier: bool = Field(
-        True, description="forward waits for all reduced gradients (else for each layer's own)"
+        True,
+        description="forward waits for all reduced gradients (else layer i's forward waits for "
+        "layer i's reduced gradients and layer i − 1's forward only); false: synthetic mode only",
     )
-    fusion_threshold: Size = Field(5_333_329, ge=0, description="Horovod tensor fusion buffer")
+    queue: Literal["fifo", "priority"] = Field(
+        "fifo",
+        description="the order ready gradient buffers are reduced in, one all-reduce at a time: "
+        "fifo (as they become ready), priority (lowest layer first, the layer the next forward "
+        "needs first: the thesis' simulator, P3, TicTac; torch-ddp, synthetic mode)",
+    )
+    fusion: Literal["dynamic", "static", "buckets"] | None = Field(
+        None,
+        description="how gradients are fused into all-reduce buffers: dynamic (when the link "
+        "frees, the ready ones in queue order up to fusion_threshold: Horovod's), static "
+        "(fixed at start from the last layer down while ≤ fusion_threshold: the thesis' "
+        "simulator), buckets (DDP's, of bucket_cap); static and buckets need torch-ddp in "
+        "synthetic mode; unset: the backend's own (horovod dynamic, torch-ddp buckets)",
+    )
+    fusion_threshold: Size = Field(
+        5_333_329, ge=0, description="Horovod's tensor fusion buffer; torch-ddp: fusion's buffer"
+    )
     cycle_time: Duration = Field(0.001, gt=0, description="Horovod background cycle time")
     timeline: bool = Field(
         False,
@@ -198,6 +216,48 @@ def layers_for(w: HorovodWorkload) -> list[models.Layer]:
     return layers
 
 
+def fusion_of(w: HorovodWorkload) -> str:
+    """The job's fusion: its own, else its backend's (Horovod's dynamic, DDP's buckets)."""
+    return w.fusion or ("buckets" if w.backend == "torch-ddp" else "dynamic")
+
+
+def ddp_default_schedule(w: HorovodWorkload) -> bool:
+    """DDP's own schedule (its buckets in readiness order, every one before the next step):
+    the torch-ddp worker runs DistributedDataParallel's way, not its scheduled loop."""
+    return fusion_of(w) == "buckets" and w.queue == "fifo" and w.barrier
+
+
+def _check_schedule(w: HorovodWorkload) -> None:
+    """A schedule the backend cannot run, refused in one line naming the field."""
+    if w.backend == "horovod":  # Horovod negotiates its own order and fuses dynamically
+        if w.queue != "fifo":
+            raise FieldProblem(
+                ("queue",),
+                "Horovod reduces in the order its ranks negotiate (fifo); queue: priority "
+                "needs backend torch-ddp (kind: torch-ddp) in synthetic mode",
+            )
+        if fusion_of(w) != "dynamic":
+            raise FieldProblem(
+                ("fusion",),
+                f"Horovod fuses dynamically; fusion: {w.fusion} needs backend torch-ddp "
+                "(kind: torch-ddp) in synthetic mode",
+            )
+    if w.mode == "real":  # the real model steps with its framework's own schedule
+        if not w.barrier:
+            raise FieldProblem(
+                ("barrier",),
+                "barrier: false needs mode: synthetic (a real model's optimizer step waits "
+                "for every gradient)",
+            )
+        if w.backend == "torch-ddp" and not ddp_default_schedule(w):
+            field = "queue" if w.queue != "fifo" else "fusion"
+            raise FieldProblem(
+                (field,),
+                f"{field}: {getattr(w, field)} needs mode: synthetic (real mode runs "
+                "DistributedDataParallel's own buckets, fifo)",
+            )
+
+
 def resolve(
     w: HorovodWorkload,
     s: Any,
@@ -217,12 +277,7 @@ def resolve(
             "the timeline is Horovod's; torch-ddp has none (use backend: horovod, or remove "
             "timeline)",
         )
-    if w.backend == "torch-ddp" and not w.barrier:
-        raise FieldProblem(
-            ("barrier",),
-            "torch-ddp always waits for every gradient bucket before the next step, as "
-            "DDP does; remove barrier: false, or use backend: horovod",
-        )
+    _check_schedule(w)
     if w.nccl_sockets_per_thread is not None:
         # NCCL's default is 0 helper threads on a NIC it cannot identify (a veth has
         # no PCI vendor), and it clamps threads × sockets to 64 (net_socket.cc)
