@@ -24,6 +24,7 @@ from testbed.errors import ScenarioError
 from testbed.report import comparable, hooks, reported
 from testbed.runs import Run, pct_change
 from testbed.sweep import short_name
+from testbed.workloads.reporting import MatchedChange
 
 
 def is_sweep(path: Path) -> bool:
@@ -49,7 +50,7 @@ def matched_change(base: Run, other: Run) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, kind, _ in reported(base):
         h = hooks(kind)
-        if hasattr(h, "matched_change"):
+        if isinstance(h, MatchedChange):  # an optional hook
             out.update(h.matched_change(base, other, name))
     return out
 

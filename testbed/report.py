@@ -20,10 +20,11 @@ from rich.table import Table
 from testbed.runs import Run, fmt_pct, legacy, pct_change, pyplot
 from testbed.workloads import kinds
 from testbed.workloads.registry import load
+from testbed.workloads.reporting import ReportHooks
 
 
-def hooks(kind: str) -> Any:
-    """The report module of a kind."""
+def hooks(kind: str) -> ReportHooks:
+    """The report module of a kind (workloads/reporting.py says what it provides)."""
     ref = kinds.get(kind).report
     assert ref is not None, f"workload kind {kind} has no report module"
     return load(ref)

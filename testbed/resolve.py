@@ -86,10 +86,7 @@ def _refuse_shared_ports(s: Scenario, every: list[str]) -> None:
         port = getattr(w, "port", None)
         if port is None:
             continue
-        on = set(getattr(w, "hosts", None) or every)
-        storage = getattr(w, "storage", None)  # the ensemble's storage host serves too
-        if storage:
-            on.add(storage)
+        on = kinds.get(w.kind).serving(w, every)
         if port in taken and taken[port][1] & on:
             raise FieldProblem(
                 ("workloads", name, "port"),

@@ -46,6 +46,7 @@ from testbed.runs import instances
 from testbed.scenario import Scenario, format_validation_error
 from testbed.workloads import kinds
 from testbed.workloads.registry import load
+from testbed.workloads.reporting import SweepColumns
 
 log = logging.getLogger("testbed")
 
@@ -438,8 +439,8 @@ def key_columns() -> set[str]:
     out = {"duration_s", "drain_s"}
     for name in kinds.names():
         ref = kinds.get(name).report
-        if ref is not None:
-            out |= set(getattr(load(ref), "COLUMNS", ()))
+        if ref is not None and isinstance(mod := load(ref), SweepColumns):  # optional
+            out |= set(mod.COLUMNS)
     return out
 
 

@@ -10,7 +10,9 @@ what it needs from below (runtime, metrics) without anything below importing it.
 
 Adding a kind is a package under testbed/workloads/ (its spec, controller, node program and
 report) plus one line in kinds.py, which registers the built-in kinds and is what the rest of
-testbed reads them through. Nothing else in testbed names a kind.
+testbed reads them through. Nothing else in testbed names a kind. Its report module provides
+reporting.ReportHooks (a unit test checks every registered kind); an open-loop node program
+(requests of N bytes at drawn times) can build on flows.py, as web search's and incast's do.
 
 Units in `summary`: "s" seconds of scenario time, "wall" seconds of this machine's clock (not
 dilated), "bps" bits/s, "hz" events per second, "B" bytes, "pct" percent, "1" a plain number;
@@ -34,13 +36,16 @@ class Kind:
     summary_of: Callable[[Any], Mapping[str, Any]] | None = (
         None  # (cfg) → the shape of this instance's section, where its fields leave parts out
     )
-    report: str | None = None  # "module": the kind's report hooks (report.py says which)
+    report: str | None = None  # "module": the kind's report hooks (reporting.ReportHooks)
     resolve: Callable[..., None] | None = None  # (cfg, scenario, base_dir, ordinal, place): derived
     dilate: Callable[[Any, float], dict[str, Any]] | None = None  # (cfg, K): wall-clock fields
     preflight: str | None = None  # "module:callable" (name, cfg, scenario) → warnings; may refuse
     predict: str | None = None  # "module:callable" (name, scenario) → the event model's figures
     predictable: Callable[[Any], bool] | None = None  # (cfg): whether `predict` knows it
     devices: str | None = None  # "module:callable" (cfg, hosts) → GPUs per host name
+    servers: Callable[[Any, list[str]], set[str]] | None = (
+        None  # (cfg, every host) → the hosts its servers listen on at cfg.port (see serving)
+    )
     binaries: tuple[str, ...] = ()  # host tools its controller runs (checked before a run)
     metrics: str | None = None  # "module:callable" () → (registry, metrics) its nodes export
     files: tuple[str, ...] = ()  # its fields that name a file (a sweep point hashes the content)
@@ -54,6 +59,14 @@ class Kind:
     )
     doc: str = ""
     aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    def serving(self, cfg: Any, every: list[str]) -> set[str]:
+        """The hosts an instance's servers listen on at its `port`: its hosts (every host
+        when it names none), unless the kind's `servers` says otherwise (a host it serves from
+        besides them). Two instances may not share a port on one of them (resolve.py)."""
+        if self.servers is not None:
+            return self.servers(cfg, every)
+        return set(getattr(cfg, "hosts", None) or every)
 
 
 KINDS: dict[str, Kind] = {}  # filled by the kinds' spec modules; read through kinds.py

@@ -112,7 +112,8 @@ LAYERS: list[tuple[str, list[str]]] = [
                      "testbed.shaping.profile", "testbed.metrics", "testbed.metrics.exporters",
                      "testbed.tcpstats"]),
     ("the kinds, declared", ["testbed.workloads", "testbed.workloads.registry",
-                             "testbed.workloads.base", "testbed.workloads.kinds",
+                             "testbed.workloads.reporting", "testbed.workloads.base",
+                             "testbed.workloads.kinds", "testbed.workloads.flows",
                              "testbed.workloads.*"]),  # specs and node programs
     ("the scenario", ["testbed.scenario", "testbed.topology", "testbed.expect",
                       "testbed.dilation", "testbed.reference", "testbed.resolve"]),

@@ -207,6 +207,11 @@ def resolve(
     )
 
 
+def servers(w: EnsembleWorkload, every: list[str]) -> set[str]:
+    """Its hosts' node programs listen on its port, and so does the storage host's."""
+    return set(w.hosts or every) | ({w.storage} if w.storage else set())
+
+
 def dilate(w: EnsembleWorkload, k: float) -> dict[str, Any]:
     return {
         "preprocess_rate": w.preprocess_rate / k,
@@ -226,6 +231,7 @@ register(
         config=EnsembleWorkload,
         controller="testbed.workloads.ensemble.controller:Ensemble",
         report="testbed.workloads.ensemble.report",
+        servers=servers,
         summary={
             "models": "1",
             "preprocessors": "1",

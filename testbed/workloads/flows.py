@@ -1,0 +1,266 @@
+"""What the open-loop node programs share (web search's generator, incast's aggregator): the
+server, the client's fetch, the schedule, the drain and `main`. Stdlib only (asyncio), so a
+node program starts fast; one copy, so the kinds cannot drift apart in how they are measured.
+
+A fetch: the client connects (marked with the instance's DSCP) and sends the 8-byte size it
+wants; the server (marking its socket the same way) sends that many bytes and closes.
+
+Life of a node: bind the server, say ready (a `.ready` marker), wait for the orchestrator's go
+file, then start events (a kind's flows or queries) at the times the kind draws, each its own
+task, until the end of the run. After that no new event starts, but those that started inside
+the measured window get up to the drain limit to finish; only then is everything still running
+cancelled and written with completed = false (censored, if it started inside the window). A
+SIGTERM before the drain ended writes the running ones the same way. Every event is appended
+to the node's CSV when it ends, with how late it started after its drawn time (`lag_s`).
+
+With `--metrics` the node exports the kind's counters on its management address; after the
+run it writes a `.done` marker and keeps serving and exporting until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import signal
+import socket
+import struct
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from testbed.metrics.exporters import start_node_exporter
+from testbed.window import Window, wait_for_go
+
+HEADER = struct.Struct("!Q")
+CHUNK = 64 * 1024
+
+
+def mark(sock: socket.socket, dscp: int) -> None:
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dscp: int) -> None:
+    """Answer one connection: read the size asked for, send that many bytes, close."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        mark(sock, dscp)
+    try:
+        (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+        payload = b"\0" * CHUNK
+        left = size
+        while left > 0:
+            n = min(left, CHUNK)
+            writer.write(payload[:n])
+            left -= n
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+
+
+def csv_fields(host: str, own: list[str], duration: str) -> list[str]:
+    """A kind's CSV columns: the event, its host (named `host`), the kind's `own`, then the
+    timing and outcome every open-loop kind records (its duration named `duration`)."""
+    return ["id", host, *own, "start", "lag_s", "end", duration, "dscp", "completed",
+            "bytes_received", "measured", "error"]  # fmt: skip
+
+
+class OpenLoop(ABC):
+    """One host's open-loop client. A kind says what it draws (`schedule`), what one event
+    does (`transfer`), what a completed one adds to the metrics (`observe`), its own CSV
+    columns (`columns`, `fields`) and its start-up line (`greeting`); the timing, the drain
+    and the records are here, the same for every kind.
+
+    An event is a dict: id, start (wall clock), mono (monotonic start), scheduled (its drawn
+    time), received (bytes so far), completed, measured (started inside the window), error
+    (only when one happened), end (wall clock) and duration once it ended, and the kind's own
+    keys (those `schedule` gives)."""
+
+    fields: ClassVar[list[str]]  # the CSV's columns, csv_fields(...)
+    greeting: ClassVar[str]  # printed when bound: a format of cfg's keys, host, bind, peers (#)
+
+    def __init__(
+        self, args: argparse.Namespace, cfg: dict[str, Any], metrics: dict[str, Any] | None
+    ) -> None:
+        self.args, self.cfg, self.metrics = args, cfg, metrics
+        self.peers: dict[str, str] = {k: v for k, v in cfg["peers"].items() if k != args.host}
+        self.dscp: int = cfg["dscp"]
+        self.port: int = cfg["port"]
+        self.time_scale: float = cfg.get("time_scale", 1.0)
+        self.out = open(args.out, "w", newline="")  # noqa: SIM115 - lives as long as the process
+        self.csv = csv.writer(self.out)
+        self.csv.writerow(self.fields)
+        self.running: dict[str, dict[str, Any]] = {}
+
+    @abstractmethod
+    def schedule(self) -> Iterator[tuple[float, dict[str, Any]]]:
+        """(offset from t0, the event's own keys) of each event, forever, in time order."""
+
+    @abstractmethod
+    async def transfer(self, ev: dict[str, Any]) -> None:
+        """Run one event; set its end, completed and duration (monotonic seconds). An OSError
+        marks it failed."""
+
+    @abstractmethod
+    def observe(self, metrics: dict[str, Any], ev: dict[str, Any]) -> None:
+        """A completed event's duration into the kind's histogram (seconds of scenario time)."""
+
+    @abstractmethod
+    def columns(self, ev: dict[str, Any]) -> list[Any]:
+        """The kind's own CSV columns of the event: those between the host and `start`."""
+
+    def row(self, ev: dict[str, Any]) -> list[Any]:
+        """The event's CSV row, in `csv_fields` order."""
+        end, duration = ev.get("end"), ev.get("duration")
+        return [
+            ev["id"], self.args.host, *self.columns(ev), f"{ev['start']:.6f}",
+            f"{ev['start'] - ev['scheduled']:.6f}", f"{end:.6f}" if end else "",
+            f"{duration:.6f}" if duration is not None else "", self.dscp, ev["completed"],
+            ev["received"], ev["measured"], ev.get("error", ""),
+        ]  # fmt: skip
+
+    def banner(self) -> str:
+        """`greeting` filled in: what this node serves and sends, for its log."""
+        where = {"host": self.args.host, "bind": self.args.bind, "peers": len(self.peers)}
+        return self.greeting.format_map({**self.cfg, **where})
+
+    def record(self, ev: dict[str, Any]) -> None:
+        self.csv.writerow(self.row(ev))
+        self.out.flush()
+
+    def abandon(self) -> None:
+        """Write the events still running as not completed, so that a measured one is counted
+        as censored rather than lost (the end of the drain, or SIGTERM before it)."""
+        if self.out.closed:
+            return
+        for ev in list(self.running.values()):
+            self.record(ev)
+        self.running.clear()
+        self.out.close()
+
+    async def fetch(self, dst: str, size: int, ev: dict[str, Any]) -> tuple[int, float, float]:
+        """Fetch `size` bytes from host `dst`, counting them into the event as they arrive:
+        (bytes received, monotonic and wall-clock time when the reading ended)."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        writer = None
+        got = 0
+        try:
+            mark(sock, self.dscp)
+            sock.bind((self.args.bind, 0))
+            sock.setblocking(False)
+            await loop.sock_connect(sock, (self.peers[dst], self.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(HEADER.pack(size))
+            await writer.drain()
+            while got < size:
+                data = await reader.read(CHUNK)
+                if not data:
+                    break
+                got += len(data)
+                ev["received"] += len(data)
+            return got, time.monotonic(), time.time()
+        finally:
+            if writer is not None:
+                writer.close()
+            else:
+                sock.close()
+
+    async def track(self, ev: dict[str, Any]) -> None:
+        """One event from start to its record; one cancelled in the drain stays in `running`."""
+        self.running[ev["id"]] = ev
+        if self.metrics is not None:
+            self.metrics["started"].labels(self.args.host).inc()
+        try:
+            await self.transfer(ev)
+            if ev["completed"] and self.metrics is not None:
+                self.metrics["completed"].labels(self.args.host).inc()
+                self.observe(self.metrics, ev)
+        except OSError as e:
+            ev["error"] = str(e)
+        finally:
+            if ev.get("end") or "error" in ev:
+                self.running.pop(ev["id"], None)
+                self.record(ev)
+
+    async def run(self, window: Window) -> None:
+        """Start every event drawn before the end of the run at its time, then drain."""
+        tasks: dict[str, asyncio.Task[None]] = {}
+        for seq, (offset, own) in enumerate(self.schedule()):
+            t = window.t0 + offset
+            if t >= window.end:
+                break
+            delay = t - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = time.time()
+            ev = {"id": f"{self.args.host}-{seq:06d}", **own, "start": now,
+                  "mono": time.monotonic(), "scheduled": t, "received": 0, "completed": False,
+                  "measured": window.contains(now)}  # fmt: skip
+            tasks[ev["id"]] = asyncio.create_task(self.track(ev))
+            tasks[ev["id"]].add_done_callback(lambda _t, eid=ev["id"]: tasks.pop(eid, None))
+        delay = window.end - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await self.drain(window, tasks)
+
+    async def drain(self, window: Window, tasks: dict[str, asyncio.Task[None]]) -> None:
+        """The measured events still running get up to the drain limit; the rest are cut off."""
+        deadline = time.monotonic() + window.drain
+        while True:
+            pending = [tasks[i] for i, ev in self.running.items() if ev["measured"] and i in tasks]
+            left = deadline - time.monotonic()
+            if not pending or left <= 0:
+                break
+            await asyncio.wait(pending, timeout=left)
+        for task in list(tasks.values()):
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        self.abandon()  # cut off: completed = false
+
+
+Registry = Callable[[], tuple[Any, dict[str, Any]]]  # a kind's (registry, metrics) factory
+
+
+async def _amain(args: argparse.Namespace, node: type[OpenLoop], registry: Registry) -> int:
+    cfg = json.loads(Path(args.config).read_text())
+    server = await asyncio.start_server(  # kept referenced: it serves until SIGTERM
+        lambda r, w: serve(r, w, cfg["dscp"]), host=args.bind, port=cfg["port"], backlog=1024
+    )
+    client = node(args, cfg, start_node_exporter(registry, args.metrics))
+    print(client.banner(), flush=True)
+
+    def terminated() -> None:
+        client.abandon()
+        os._exit(0)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminated)
+    args.out.with_suffix(".ready").touch()
+    window = await asyncio.to_thread(wait_for_go, args.go)
+    await client.run(window)
+    args.out.with_suffix(".done").touch()
+    # keep serving (other hosts' events may still be draining to this one) and exporting (the
+    # final scrape), until the controller stops every node with SIGTERM
+    async with server:
+        await asyncio.Event().wait()
+    return 0
+
+
+def main(argv: list[str] | None, prog: str, node: type[OpenLoop], registry: Registry) -> int:
+    """A node program's `main`: its arguments, then its server and client until SIGTERM."""
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--bind", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--go", type=Path, required=True, help="the orchestrator's go file")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--metrics", help="ADDR:PORT for the Prometheus exporter (a management address)"
+    )
+    return asyncio.run(_amain(ap.parse_args(argv), node, registry))
