@@ -47,6 +47,8 @@ CORE: dict[str, Any] = {
     "drain_s": "wall",
     "tcp_rto_min_s": "s",
     "tcp_rcvbuf_bytes": "B",
+    "tcp_sndbuf_bytes": "B",
+    "tcp_segment_bytes": "B",
     "tcp": dict.fromkeys(tcpstats.WANTED.values(), "1"),  # counts, one name per counter read
     "teardown_s": "wall",
     "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},

@@ -65,11 +65,18 @@ IFA_ADDRESS = 1
 IFA_LOCAL = 2
 
 RTA_DST = 1
+RTA_OIF = 4
 RTA_GATEWAY = 5
+RTA_PREFSRC = 7
+RTA_METRICS = 8
+RTAX_ADVMSS = 8
 RTA_MULTIPATH = 9
 RT_TABLE_MAIN = 254
 RTPROT_STATIC = 4
 RT_SCOPE_UNIVERSE = 0
+RT_SCOPE_LINK = 253
+RTPROT_KERNEL = 2
+NLM_F_REPLACE = 0x100
 RTN_UNICAST = 1
 
 HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port
@@ -198,14 +205,19 @@ def address(index: int, iface: IPv4Interface) -> bytes:
     return _message(RTM_NEWADDR, CREATE, body)
 
 
-def route(dst: IPv4Network, via: Sequence[IPv4Address]) -> bytes:
+def _metrics(advmss: int | None) -> bytes:
+    return _attr(RTA_METRICS, _attr(RTAX_ADVMSS, struct.pack("=I", advmss))) if advmss else b""
+
+
+def route(dst: IPv4Network, via: Sequence[IPv4Address], advmss: int | None = None) -> bytes:
     """`dst` through one gateway, or over several with equal weight (ECMP); the kernel finds
-    each gateway's interface from its connected subnets."""
+    each gateway's interface from its connected subnets. `advmss`: the MSS this host
+    advertises to the peers it reaches by it."""
     body = RTMSG.pack(
         socket.AF_INET, dst.prefixlen, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE,
         RTN_UNICAST, 0,
     )  # fmt: skip
-    body += _attr(RTA_DST, dst.network_address.packed)
+    body += _attr(RTA_DST, dst.network_address.packed) + _metrics(advmss)
     if len(via) == 1:
         body += _attr(RTA_GATEWAY, via[0].packed)
     else:
@@ -215,6 +227,20 @@ def route(dst: IPv4Network, via: Sequence[IPv4Address]) -> bytes:
             hops += RTNH.pack(RTNH.size + len(gw), 0, 0, 0) + gw
         body += _attr(RTA_MULTIPATH, hops)
     return _message(RTM_NEWROUTE, CREATE, body)
+
+
+def connected_route(iface: IPv4Interface, index: int, advmss: int) -> bytes:
+    """The route the kernel made for `iface`'s subnet when its address was added, replaced by
+    the same route with an advertised MSS (routes carry it; a subnet's own route is the
+    kernel's, so it is replaced, not added)."""
+    net = iface.network
+    body = RTMSG.pack(
+        socket.AF_INET, net.prefixlen, 0, 0, RT_TABLE_MAIN, RTPROT_KERNEL, RT_SCOPE_LINK,
+        RTN_UNICAST, 0,
+    )  # fmt: skip
+    body += _attr(RTA_DST, net.network_address.packed) + _attr(RTA_OIF, struct.pack("=i", index))
+    body += _attr(RTA_PREFSRC, iface.ip.packed) + _metrics(advmss)
+    return _message(RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, body)
 
 
 class Batch:

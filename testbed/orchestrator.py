@@ -460,6 +460,8 @@ def _live(
             "tcp_congestion": preflight.tcp_congestion(s),
             "tcp_rto_min_s": preflight.tcp_rto_min(s),
             "tcp_rcvbuf_bytes": s.topology.tcp_rcvbuf,  # None: the machine's autotuning
+            "tcp_sndbuf_bytes": s.topology.tcp_sndbuf,  # None: the machine's autotuning
+            "tcp_segment_bytes": s.topology.tcp_segment,  # None: the MTU's
             "started_at": window.t0,
             "window": {**window.summary(), "edges_late_s": late_edges},
             "host_cpu": host_cpu,
@@ -468,6 +470,7 @@ def _live(
             "drain_s": round(t_drain, 3),
             "links": _links(plans, final, *snaps),
             "tcp": tcpstats.totals([h.netns for h in topo.hosts]),
+            "queues": metrics.queues(plans, snaps[0][0], snaps[1][0], _class_limit(s)),
             "workloads": {w.name: w.kind for w in workloads},
             **sections,
         }  # fmt: skip
@@ -702,6 +705,12 @@ def _settled_snapshot(
             return snap
         checkpoint()
         time.sleep(0.05)
+
+
+def _class_limit(s: Scenario) -> int:
+    """The largest queue a class of a port may hold, in packets: what a port whose classes
+    shared one limit would hold in all of them together."""
+    return s.topology.queue_limit or max(c.limit for c in s.tc_profile.classes)
 
 
 def _links(

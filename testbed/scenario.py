@@ -42,6 +42,10 @@ from testbed.workloads.kinds import KINDS, get
 # truth; the JSON Schema patterns are built from the parsers' own unit tables.
 TCP_RENO = "reno"  # the default: the kin of the thesis' ns-3 NewReno, and it fills its queue
 TCP_MACHINE = "machine"  # topology.tcp: keep this machine's default (new namespaces copy it)
+# IP (20) + TCP (20) + the timestamp option (12, on in every Linux host by default): what a
+# segment carries besides its payload; Linux's MSS (a route's advmss) excludes the option
+TCP_IP_HEADERS = 52
+TCP_TIMESTAMP_OPTION = 12
 
 
 def _private_net(value: Any) -> ipaddress.IPv4Network:
@@ -143,6 +147,25 @@ class Topology(BaseModel):
         "Linux advertises about 0.6 of it as window, the rest pays for its per-packet "
         "overhead; unset: the machine's autotuning, up to its tcp_rmem maximum",
     )
+    tcp_sndbuf: Size | None = Field(
+        None,
+        ge=4096,
+        le=1 << 30,
+        description="every host's TCP send buffer, fixed (net.ipv4.tcp_wmem): what a sender "
+        "may hold unacknowledged plus unsent, as ns-3's SndBufSize; Linux counts its "
+        "per-packet overhead in it too, so a flow has somewhat less than it in flight; "
+        "unset: the machine's autotuning, up to its tcp_wmem maximum",
+    )
+    tcp_segment: Size | None = Field(
+        None,
+        ge=536,
+        le=9000 - 52,
+        description="TCP payload per segment in every host (ns-3's SegmentSize, e.g. 1380B): "
+        "each host advertises it, plus the 12 B of the timestamp option, as the MSS of its "
+        "data routes (the route's advmss), so every flow between two hosts sends segments of "
+        "at most this payload; it must fit the MTU with 52 B of IP and TCP headers; unset: "
+        "the MTU's (1448 B at 1500)",
+    )
     prefix: Prefix = Field(
         ipaddress.IPv4Network("10.10.0.0/24"),
         description="data addresses (the shaped network); the default grows to fit the hosts",
@@ -195,6 +218,12 @@ class Topology(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> Topology:
+        if self.tcp_segment is not None and self.tcp_segment + TCP_IP_HEADERS > self.mtu:
+            raise _FieldError(
+                ("tcp_segment",),
+                f"{self.tcp_segment} B of payload and {TCP_IP_HEADERS} B of IP and TCP headers "
+                f"exceed the MTU ({self.mtu} B); at most {self.mtu - TCP_IP_HEADERS}B, or raise mtu",
+            )
         if self.jitter > 0 and self.delay == 0:
             raise _FieldError(
                 ("jitter",), "needs a delay: set topology.delay too (e.g. delay: 1ms)"
@@ -266,7 +295,8 @@ class Measure(BaseModel):
 # they may not be a top-level summary key, nor a name the mapping itself answers to.
 RESERVED_NAMES = frozenset({
     "scenario", "run_id", "runtime", "duration_s", "seed", "tc_profile", "topology",
-    "tcp_congestion", "tcp_rto_min_s", "tcp_rcvbuf_bytes", "tcp", "started_at", "window",
+    "tcp_congestion", "tcp_rto_min_s", "tcp_rcvbuf_bytes", "tcp_sndbuf_bytes", "tcp_segment_bytes",
+    "tcp", "queues", "started_at", "window",
     "host_cpu", "setup_s", "drain_s", "links",
     "metrics", "status", "error", "warnings", "teardown_s", "hold", "time_scale", "wall",
     "workloads", "predicted", *dir(dict),

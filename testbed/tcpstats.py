@@ -27,6 +27,9 @@ WANTED = {
     ("TcpExt", "TCPRcvQDrop"): "receive_buffer_drops",
     ("TcpExt", "TCPOFODrop"): "out_of_order_drops",
     ("TcpExt", "PruneCalled"): "receive_prunes",
+    # ACKs the delayed-ACK timer sent (the kernel's: 40-200 ms of real time, HZ-rounded; no
+    # knob here sets it, so time dilation shrinks it in scenario time; docs/network.md)
+    ("TcpExt", "DelayedACKs"): "delayed_acks",
 }
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from testbed.addressing import leaf_block
-from testbed.scenario import TCP_MACHINE
+from testbed.scenario import TCP_MACHINE, TCP_TIMESTAMP_OPTION
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
@@ -175,6 +175,8 @@ class TopologyPlan:
     tcp_congestion: str | None = None  # set in every host; None: the machine's default
     tcp_rto_min_us: int | None = None  # set in every host; None: the kernel's (200 ms)
     tcp_rcvbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
+    tcp_sndbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
+    tcp_advmss: int | None = None  # the MSS every host advertises on its data routes; None: MTU's
     mtu: int = 1500  # every data link; the management network keeps 1500
 
     @property
@@ -445,4 +447,6 @@ def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
         mtu=s.topology.mtu,
         tcp_rto_min_us=round(rto * 1e6) if rto is not None else None,
         tcp_rcvbuf=s.topology.tcp_rcvbuf,
+        tcp_sndbuf=s.topology.tcp_sndbuf,
+        tcp_advmss=seg + TCP_TIMESTAMP_OPTION if (seg := s.topology.tcp_segment) else None,
     )

@@ -19,7 +19,11 @@ from testbed.shaping.plan import InterfacePlan
 from testbed.topology import TopologyPlan
 
 log = logging.getLogger(__name__)
-LINK_FIELDS = ["time", "node", "direction", "class", "bytes", "packets", "drops", "backlog"]
+# backlog: bytes queued at the sample; queued: packets queued (a port's bands together against
+# a shared limit, as the thesis' ns-3 port has: docs/network.md)
+LINK_FIELDS = [
+    "time", "node", "direction", "class", "bytes", "packets", "drops", "backlog", "queued",
+]  # fmt: skip
 
 
 def _close(server: Any) -> None:
@@ -44,6 +48,8 @@ class MetricsSession:
         self._links = open(run_dir / "links.csv", "w", newline="")  # noqa: SIM115 - closed in stop()
         self._csv = csv.writer(self._links)
         self._csv.writerow(LINK_FIELDS)
+        # (time, plan index, packets in all its classes) at every update
+        self._queued: list[tuple[float, int, int]] = []
 
     @property
     def enabled(self) -> bool:
@@ -111,14 +117,37 @@ class MetricsSession:
             )
             self._rates_set = True
         rows = []
+        for i, per_class in enumerate(counters):
+            self._queued.append((t, i, sum(c.get("qlen", 0) for c in per_class.values())))
         for p, per_class in zip(plans, counters, strict=True):
             for name, c in per_class.items():
                 lab = {"node": p.end.node, "direction": p.end.direction, "class": name}
                 rows.append((lab, c))
                 self._csv.writerow([f"{t:.3f}", p.end.node, p.end.direction, name, c["bytes"], c["packets"],
-                                    c["drops"], c["backlog"]])  # fmt: skip
+                                    c["drops"], c["backlog"], c.get("qlen", 0)])  # fmt: skip
         if self.collector is not None:
             self.collector.update(rows)
+
+    def queues(
+        self, plans: list[InterfacePlan], t0: float, t1: float, limit: int
+    ) -> dict[str, Any]:
+        """How full each port's queues were together, sampled every poll in [t0, t1]: the most
+        packets a link direction's classes held at once, and how many samples found some
+        direction holding more than `limit` (its largest class's), where a port whose bands
+        share one limit (ns-3's PfifoFastQueueDisc, the thesis' port) would have dropped and
+        testbed's per-class limits did not. A sample, not every packet: a lower bound."""
+        inside = [(t, i, n) for t, i, n in self._queued if t0 <= t <= t1]
+        times = {t for t, _, _ in inside}
+        over = {t for t, _, n in inside if n > limit}
+        _, i_max, n_max = max(inside, key=lambda x: x[2], default=(0.0, -1, 0))
+        end = plans[i_max].end if i_max >= 0 else None
+        return {
+            "limit_packets": limit,
+            "samples": len(times),
+            "samples_over_limit": len(over),
+            "max_packets": n_max,
+            "link": f"{end.node} {end.direction}" if end is not None else None,
+        }
 
     def final_scrape(self) -> None:
         """Give Prometheus time to scrape the final values of every counter: until each

@@ -199,6 +199,9 @@ class Network:
                 b = str(p.tcp_rcvbuf)
                 write_sysctl(h.netns, "net.ipv4.tcp_rmem", f"4096 {b} {b}",
                              "net.ipv4.tcp_moderate_rcvbuf", "0")  # fmt: skip
+            if p.tcp_sndbuf is not None:  # per namespace since Linux 4.15; no autotuning
+                b = str(p.tcp_sndbuf)  # past a fixed maximum
+                write_sysctl(h.netns, "net.ipv4.tcp_wmem", f"4096 {b} {b}")
         self._build_management()
 
     def _build_switch(self, sw: Switch, create: nl.Batch, configure: nl.Batch) -> None:
@@ -254,12 +257,15 @@ class Network:
     def _configure_host(self, h: Host, batch: nl.Batch, root_fd: int) -> None:
         """Its data address and route, and its management veth, made here with the peer in
         the root namespace (where the kernel picks the peer's index)."""
-        batch.add(
-            nl.address(IF_DATA, ipaddress.IPv4Interface(f"{h.data_ip}/{h.prefixlen}")),
-            f"address {h.data_ip} on {h.data_if}",
-        )
+        data = ipaddress.IPv4Interface(f"{h.data_ip}/{h.prefixlen}")
+        batch.add(nl.address(IF_DATA, data), f"address {h.data_ip} on {h.data_if}")
+        mss = self.plan.tcp_advmss
+        if mss is not None:
+            batch.add(nl.connected_route(data, IF_DATA, mss), f"advmss {mss} on {data.network}")
         if h.gateway is not None:  # the data prefix only: no default route, nothing leaves
-            batch.add(nl.route(self.plan.data_prefix, (h.gateway,)), "route to the data prefix")
+            batch.add(
+                nl.route(self.plan.data_prefix, (h.gateway,), mss), "route to the data prefix"
+            )
         batch.add(nl.veth(h.mgmt_if, IF_MGMT, h.mgmt_peer, 0, root_fd), f"veth {h.mgmt_if}")
         mgmt = ipaddress.IPv4Interface(f"{h.mgmt_ip}/{self.plan.mgmt_prefix.prefixlen}")
         batch.add(nl.address(IF_MGMT, mgmt), f"address {h.mgmt_ip} on {h.mgmt_if}")

@@ -13,7 +13,9 @@ from pyroute2.netlink.exceptions import NetlinkError
 from testbed import netlink as nl
 from testbed.shaping.plan import InterfacePlan, burst_bytes
 
-Counters = dict[str, dict[str, int]]  # class name → {bytes, packets, drops, backlog, overlimits}
+Counters = dict[
+    str, dict[str, int]
+]  # class name → {bytes, packets, drops, backlog, qlen, overlimits}
 
 RTM_NEWTCLASS = 40
 RTM_GETTCLASS = 42
@@ -31,7 +33,7 @@ def _classid(handle: int) -> str:
 
 
 def class_counters(ipr: IPRoute, plan: InterfacePlan) -> Counters:
-    """{class name: {bytes, packets, drops, backlog, overlimits}} for the plan's classes,
+    """{class name: {bytes, packets, drops, backlog, qlen, overlimits}} for the plan's classes,
     through pyroute2 (the reference for ClassReader).
 
     HTB counts a leaf's drops on its class, so class statistics alone are complete.
@@ -58,6 +60,7 @@ def class_counters(ipr: IPRoute, plan: InterfacePlan) -> Counters:
             "packets": int(basic.get("packets", 0)),
             "drops": int(queue.get("drops", 0)),
             "backlog": int(queue.get("backlog", 0)),
+            "qlen": int(queue.get("qlen", 0)),
             "overlimits": int(queue.get("overlimits", 0)),
         }
     return out
@@ -111,7 +114,7 @@ def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:
 
 
 def parse_stats(attrs: bytes) -> dict[str, int]:
-    c = {"bytes": 0, "packets": 0, "drops": 0, "backlog": 0, "overlimits": 0}
+    c = {"bytes": 0, "packets": 0, "drops": 0, "backlog": 0, "qlen": 0, "overlimits": 0}
     for kind, value in nl.attributes(attrs):
         if kind != TCA_STATS2:
             continue
@@ -119,7 +122,7 @@ def parse_stats(attrs: bytes) -> dict[str, int]:
             if sub == TCA_STATS_BASIC and len(body) >= BASIC.size:
                 c["bytes"], c["packets"] = BASIC.unpack_from(body)
             elif sub == TCA_STATS_QUEUE and len(body) >= QUEUE.size:
-                _qlen, c["backlog"], c["drops"], _requeues, c["overlimits"] = QUEUE.unpack_from(
+                c["qlen"], c["backlog"], c["drops"], _requeues, c["overlimits"] = QUEUE.unpack_from(
                     body
                 )
     return c

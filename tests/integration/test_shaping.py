@@ -138,6 +138,17 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
     # wire carried at least every payload byte the receiver got (read too early, it did not).
     assert up["low"]["bytes"] >= low["bytes"], (up["low"], low["bytes"])
     assert up["high"]["bytes"] >= high["bytes"], (up["high"], high["bytes"])
+    # Both bands hold packets at once: the summary's port occupancy counts them together (a
+    # port whose bands share one 1000-packet limit, as the thesis' ns-3 port, would drop past
+    # it; testbed's bands have 1000 each), so it exceeds what any one band held.
+    q = s["queues"]
+    w = s["window"]
+    one_band = max(
+        n for c in ("high", "low") for t, n in queued(last_run(tmp_path), "h1", "up", c)
+        if w["start"] <= t <= w["stop"]
+    )  # fmt: skip
+    assert q["limit_packets"] == 1000 and q["link"] == "h1 up", q
+    assert one_band < q["max_packets"] <= 2000, (q, one_band)
     rate_at_least(high["goodput_bps"], 0.90 * rate, s, "the high flow's goodput")
     rate_at_least(up["high"]["rate_bps"], 0.90 * rate, s, "the high class on h1's uplink")
     rate_at_least(up["low"]["rate_bps"], 0.5 * guaranteed, s, "the low class' guaranteed share")
@@ -227,6 +238,15 @@ def backlogs(run: Path, node: str, direction: str, cls: str = "be") -> list[int]
         ]  # fmt: skip
 
 
+def queued(run: Path, node: str, direction: str, cls: str) -> list[tuple[float, int]]:
+    """(time, packets queued) in one class of one link direction at each of the run's samples."""
+    with (run / "links.csv").open(newline="") as f:
+        return [
+            (float(r["time"]), int(r["queued"])) for r in csv.DictReader(f)
+            if (r["node"], r["direction"], r["class"]) == (node, direction, cls)
+        ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("pattern", "node", "direction"), [("incast", "h1", "down"), ("outcast", "h1", "up")]
 )
@@ -255,6 +275,9 @@ def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
     most = max(backlogs(tmp_path / "run", node, direction))
     assert most >= 0.8 * 1000 * frame, f"the queue held at most {most / frame:.0f} frames"
     assert most <= 1000 * frame, f"{most} bytes queued in 1000 packets: more than a frame each"
+    # one class alone never holds more than its limit; its queue counted in packets too
+    q = s["queues"]
+    assert q["samples_over_limit"] == 0 and 800 <= q["max_packets"] <= 1000, q
     # the link still carries its rate: the drops are the queue's, not a stall's
     assert be["rate_bps"] <= 1.02 * rate
     rate_at_least(be["rate_bps"], 0.95 * rate, s, f"{node}'s {direction}link")
@@ -287,3 +310,53 @@ def test_a_fixed_receive_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
     assert max(samples) >= 0.25 * rcvbuf, f"the window stayed at {max(samples)} B"
     assert be["rate_bps"] <= 1.02 * rate
     rate_at_least(be["rate_bps"], 0.95 * rate, s, "h1's uplink")
+
+
+def test_a_fixed_send_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
+    """topology.tcp_sndbuf fixes every host's send buffer (ns-3's SndBufSize), so with the
+    receiver's window left to autotune (megabytes here) one bulk flow still builds no more
+    queue than the buffer holds, drops nothing in a 1000-packet FIFO, and fills its link."""
+    rate, sndbuf = 50_000_000, 200_000
+    s = run_until(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate, "tcp_sndbuf": "200KB"},
+            "tc_profile": "fifo",
+            "workloads": {"linkcheck": {"pattern": "single", "short": False}},
+        },
+        lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
+    )
+    assert s["tcp_sndbuf_bytes"] == sndbuf and s["tcp_rcvbuf_bytes"] is None
+    be = link(s, "h1", "up")["classes"]["be"]
+    samples = backlogs(last_run(tmp_path), "h1", "up")
+    assert max(samples) <= sndbuf, f"{max(samples)} bytes queued behind a {sndbuf} B buffer"
+    assert be["drops"] == 0, f"a flow within its send buffer overflowed the queue: {be}"
+    assert max(samples) >= 0.25 * sndbuf, f"the flow kept only {max(samples)} B queued"
+    assert be["rate_bps"] <= 1.02 * rate
+    rate_at_least(be["rate_bps"], 0.95 * rate, s, "h1's uplink")
+
+
+@pytest.mark.parametrize("segment", [None, 1380])
+def test_the_segment_size_is_what_crosses_the_wire(tmp_path, segment):
+    """topology.tcp_segment (ns-3's SegmentSize, 1380 B in the thesis) is each data packet's
+    TCP payload: the frame is the payload + 52 B of IP, TCP and timestamp headers + 14 B of
+    Ethernet, 1446 B, where the MTU's own segment (1448 B) makes 1514 B. Counted by the
+    sender's uplink class: every packet of a bulk flow but its handshake and tail is full."""
+    topo = {"hosts": 2, "link_rate": 50_000_000}
+    if segment is not None:
+        topo["tcp_segment"] = f"{segment}B"
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "5s",
+            "topology": topo,
+            "tc_profile": "fifo",
+            "workloads": {"linkcheck": {"pattern": "single", "short": False}},
+        },
+    )
+    assert s["tcp_segment_bytes"] == segment
+    be = link(s, "h1", "up")["classes"]["be"]
+    frame = (segment or 1448) + 52 + 14
+    mean = be["bytes"] / be["packets"]
+    assert frame - 3 <= mean <= frame, f"{mean:.1f} B a packet on h1's uplink, want {frame}"

@@ -42,6 +42,7 @@ def test_a_link_that_carried_more_than_its_cap_makes_a_warning():
     """100 Mbit/s over 10 s is 125 MB; 1 % for the counters' reads, the bucket's 100 µs
     (1250 B) and two jumbo frames on top are all a shaped link may add: 101.1 Mbit/s is over,
     101.0 is not."""
+
     def link(*rates: float) -> dict:
         return {"from": "h1", "to": "sw", "rate_bps": 100_000_000,
                 "classes": {f"c{i}": {"rate_bps": r} for i, r in enumerate(rates)}}  # fmt: skip

@@ -125,6 +125,8 @@ def test_the_ring_gets_more_of_the_link_with_jumbo_frames():
 
     assert ack_efficiency() == pytest.approx(2896 / 3094)
     assert ack_efficiency(9000) == pytest.approx(17896 / 18094)
+    # the thesis' 1380 B segments: frames of 1446 B, an ACK of 66 B per two
+    assert ack_efficiency(1500, 1380) == pytest.approx(2760 / (2 * 1446 + 66))
     data = {"name": "j", "topology": {"hosts": 2, "link_rate": "1gbit"},
             "workloads": {"horovod": {"mode": "synthetic"}}}  # fmt: skip
     small = for_scenario(load_scenario_data(data, "s.yaml"))

@@ -78,6 +78,15 @@ def test_defaults():
             "topology.tcp_rcvbuf: must be ≥ 4096, got '1KB'",
         ),
         (lambda d: d["topology"].update(tcp=None), "topology.tcp: must be a string, got nothing"),
+        (
+            lambda d: d["topology"].update(tcp_segment="1460B"),
+            "topology.tcp_segment: 1460 B of payload and 52 B of IP and TCP headers exceed the "
+            "MTU (1500 B); at most 1448B, or raise mtu",
+        ),
+        (
+            lambda d: d["topology"].update(tcp_sndbuf="1KB"),
+            "topology.tcp_sndbuf: must be ≥ 4096, got '1KB'",
+        ),
         (lambda d: d.update(runtime="vm"), "runtime: must be one of 'netns' or 'docker', got 'vm'"),
         (lambda d: d.update(duration="-1s"), "duration: must be > 0"),
         (lambda d: d.pop("topology"), "topology: required field is missing"),

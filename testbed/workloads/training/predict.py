@@ -47,10 +47,12 @@ if TYPE_CHECKING:
     from testbed.scenario import Scenario
 
 
-def ack_efficiency(mtu: int = 1500) -> float:
+def ack_efficiency(mtu: int = 1500, segment: int | None = None) -> float:
     """Payload per byte on the wire for TCP with timestamps (40 + 12 bytes of headers, 14 of
-    Ethernet) and one 66-byte delayed ACK per two frames sharing the uplink."""
-    return 2 * (mtu - 52) / (2 * (mtu + 14) + 66)
+    Ethernet) and one 66-byte delayed ACK per two frames sharing the uplink; segments of the
+    MTU's payload, or of `segment` bytes (topology.tcp_segment)."""
+    seg = segment or mtu - 52
+    return 2 * seg / (2 * (seg + 66) + 66)
 
 
 ACK_EFFICIENCY = ack_efficiency()
@@ -231,7 +233,12 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
     # a ring step crosses an uplink and a downlink, and two fabric links between leaves
     crosses = len({leaf_of(s.topology, x) for x in hosts}) > 1
     hops = 4 if crosses else 2
-    net = Network(n, rate, ack_efficiency(s.topology.mtu), step_latency_s=hops * s.topology.delay)
+    net = Network(
+        n,
+        rate,
+        ack_efficiency(s.topology.mtu, s.topology.tcp_segment),
+        step_latency_s=hops * s.topology.delay,
+    )
     layers = layers_for(h)
     kind = fusion_of(h)
     if kind == "buckets":  # DDP's own buckets, not Horovod's fusion
