@@ -136,19 +136,25 @@ class StopVote:
 
 class Clock:
     """Emulated compute: sleep per layer, carrying oversleep into the next layer so the
-    total compute per iteration stays what the profile says."""
+    total compute per iteration stays what the profile says. Only into a layer that follows
+    at once: time spent waiting between two layers (for gradients, for the network) would
+    have passed in the ideal timeline too, so it pays the debt off first; carried across a
+    wait, oversleep would shorten the next compute below what was asked for."""
 
     def __init__(self) -> None:
         self.debt = 0.0
+        self.last = 0.0  # when the last compute ended
 
     def compute(self, seconds: float) -> None:
         if seconds <= 0:
             return
-        end = time.perf_counter() + seconds - self.debt
         now = time.perf_counter()
+        self.debt = max(0.0, self.debt - (now - self.last))
+        end = now + seconds - self.debt
         if end > now:
             time.sleep(end - now)
-        self.debt = max(0.0, time.perf_counter() - end)
+        self.last = time.perf_counter()
+        self.debt = max(0.0, self.last - end)
 
 
 def small_cnn(torch: Any) -> Any:

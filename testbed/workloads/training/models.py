@@ -99,7 +99,21 @@ def resnet50_layers() -> list[Layer]:
     return layers
 
 
-MODELS = {"resnet50": resnet50_layers}
+def thesis_ns3_layers(model_bytes: int = 100_000_000, n_layers: int = 50) -> list[Layer]:
+    """The model of the thesis' ns-3 experiment (ch. 5) as its run script writes it
+    (hgao10/ns3 runs/pfabric_flows_horovod/generate_traffic_and_run_pfabric_horovod.py,
+    `calculate_layer_size`): a unit of int(2 · model / (9 · L)) bytes (444,444 B), layers
+    i < L/2 one unit, L/2 ≤ i ≤ 0.75 L four, the rest twelve: 25 × 444,444 B, 13 ×
+    1,777,776 B and 12 × 5,333,328 B, 98,222,124 B of the nominal 100 MB."""
+    unit = int(2 * model_bytes / (9 * n_layers))
+    out = []
+    for i in range(n_layers):
+        mult = 1 if i < n_layers / 2 else 4 if i <= 0.75 * n_layers else 12
+        out.append(Layer(f"layer{i}", mult * unit // BYTES_PER_PARAM))
+    return out
+
+
+MODELS = {"resnet50": resnet50_layers, "thesis-ns3": thesis_ns3_layers}
 
 
 def scale_to(layers: list[Layer], model_bytes: int) -> list[Layer]:
@@ -120,6 +134,26 @@ def with_compute(layers: list[Layer], compute_s: float) -> list[Layer]:
         Layer(x.name, x.params, fwd * (n - i) / tri, bwd * (i + 1) / tri)
         for i, x in enumerate(layers)
     ]
+
+
+def with_thesis_compute(layers: list[Layer], compute_s: float) -> list[Layer]:
+    """The thesis' own spread of `compute_s` (its scripts' `calculate_FP_BP_compute_time`,
+    chapters 4 and 5 alike): forward 1/3 and backward 2/3 as arithmetic progressions with a
+    step of 2 · total / (L (L − 1)), forward falling from 2 · total / L to 0 and backward
+    rising from 0; each zero replaced by one step, so an iteration computes compute_s plus
+    those two steps, compute_s · (1 + 2/(L(L − 1))): 1/1225 more at L = 50."""
+    n = len(layers)
+    fwd, bwd = compute_s / 3, 2 * compute_s / 3
+    d_f, d_b = 2 * fwd / (n * (n - 1)), 2 * bwd / (n * (n - 1))
+    out = []
+    for i, x in enumerate(layers):
+        f, b = 2 * fwd / n - i * d_f, i * d_b
+        out.append(Layer(x.name, x.params, f if i < n - 1 else d_f, b if i > 0 else d_b))
+    return out
+
+
+# a model whose source spreads its compute its own way
+COMPUTE_SPREADS = {"thesis-ns3": with_thesis_compute}
 
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from testbed.workloads.training import models
-from testbed.workloads.training.models import Layer, buckets_for
+from testbed.workloads.training.models import Layer, buckets_for, with_thesis_compute
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
@@ -177,23 +177,11 @@ def thesis_ch4_layers(
     end of each progression replaced by one step."""
     L = n_layers
     unit = 2 * model_bytes / (9 * L)
-    fwd_total, bwd_total = compute_s / 3, 2 * compute_s / 3
-    d_f = 2 * fwd_total / (L * (L - 1))
-    d_b = 2 * bwd_total / (L * (L - 1))
-    out = []
-    for i in range(L):
-        mult = 1 if i <= L // 2 else 4 if i <= 3 * L // 4 else 12
-        fwd = 2 * fwd_total / L - i * d_f
-        bwd = i * d_b
-        out.append(
-            Layer(
-                f"layer{i}",
-                round(mult * unit / 4),
-                forward_s=fwd if fwd > 1e-12 else d_f,
-                backward_s=bwd if bwd > 0 else d_b,
-            )
-        )
-    return out
+    layers = [
+        Layer(f"layer{i}", round((1 if i <= L // 2 else 4 if i <= 3 * L // 4 else 12) * unit / 4))
+        for i in range(L)
+    ]
+    return with_thesis_compute(layers, compute_s)
 
 
 def training_instances(s: Scenario) -> list[tuple[str, Any]]:

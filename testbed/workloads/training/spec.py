@@ -112,7 +112,13 @@ class HorovodWorkload(Placed):
         description="synthetic: real gradients of a real model's layer sizes, compute emulated per "
         "layer; real: trains a small torch model",
     )
-    model: Literal["resnet50"] = Field("resnet50", description="layer sizes (synthetic mode)")
+    model: Literal["resnet50", "thesis-ns3"] = Field(
+        "resnet50",
+        description="layer sizes (synthetic mode): resnet50 (54 layers, 25.6 M parameters); "
+        "thesis-ns3 (the thesis' ch. 5 model as its run script writes it: 50 layers in three "
+        "steps, 25 × 444,444 B, 13 × 1,777,776 B, 12 × 5,333,328 B, and its own compute "
+        "spread, docs/results/thesis-exact.md)",
+    )
     profile: str | None = Field(
         None,
         description="a layer trace in the seed-002 shape (id name forward backward comm size) "
@@ -212,7 +218,7 @@ def layers_for(w: HorovodWorkload) -> list[models.Layer]:
                 models.Layer(x.name, x.params, x.forward_s * f, x.backward_s * f) for x in layers
             ]
     else:
-        layers = models.with_compute(layers, compute)
+        layers = models.COMPUTE_SPREADS.get(w.model, models.with_compute)(layers, compute)
     return layers
 
 
