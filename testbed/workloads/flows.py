@@ -91,6 +91,8 @@ class OpenLoop(ABC):
         self.args, self.cfg, self.metrics = args, cfg, metrics
         self.peers: dict[str, str] = {k: v for k, v in cfg["peers"].items() if k != args.host}
         self.dscp: int = cfg["dscp"]
+        # the fetching side's own packets (request, ACKs): the flow's class unless told
+        self.ack_dscp: int = cfg.get("ack_dscp", self.dscp)
         self.port: int = cfg["port"]
         self.time_scale: float = cfg.get("time_scale", 1.0)
         self.out = open(args.out, "w", newline="")  # noqa: SIM115 - lives as long as the process
@@ -152,7 +154,7 @@ class OpenLoop(ABC):
         writer = None
         got = 0
         try:
-            mark(sock, self.dscp)
+            mark(sock, self.ack_dscp)
             sock.bind((self.args.bind, 0))
             sock.setblocking(False)
             await loop.sock_connect(sock, (self.peers[dst], self.port))

@@ -137,3 +137,10 @@ def test_gpu_anchor(tmp_path):
             last_json(line, "variant", "ranks", "all_reduce_s", "bus_gbit_s")
     else:
         assert out.strip() == "benchmarks/gpu_anchor.py: no CUDA device; nothing measured"
+
+
+def test_schedules(tmp_path):
+    """The job alone under each transfer schedule against the event model (issue 31)."""
+    doc = last_json(quick("schedules", tmp_path), "errors", "max_error", "iterations")
+    assert set(doc["errors"]) == {"fifo/barrier", "priority/no-barrier"}
+    assert doc["iterations"] > 0

@@ -259,6 +259,10 @@ def test_layers_for_synthetic_job():
         ({"horovod": {"hosts": ["h1", "h9"]}}, "workloads.horovod.hosts[1]: 'h9' is not a host"),
         ({"horovod": {"hosts": ["h1"]}}, "workloads.horovod.hosts: needs at least two"),
         ({"horovod": {"tc_class": "gold"}}, "workloads.horovod.tc_class: 'gold' is not a class"),
+        (
+            {"websearch": {"arrival_rate": 1, "ack_class": "gold"}},
+            "workloads.websearch.ack_class: 'gold' is not a class of tc profile",
+        ),
         ({"horovod": {"profile": "nope.txt"}}, "workloads.horovod.profile: no such file"),
         (
             {"websearch": {"sizes": "cat", "arrival_rate": 1}},
@@ -270,6 +274,19 @@ def test_workload_errors(wl, expected):
     with pytest.raises(ScenarioError) as e:
         scenario(**wl)
     assert expected in str(e.value)
+
+
+def test_ack_class_marks_the_fetching_side_only():
+    """websearch's ack_class: the flows keep their class's DSCP, the fetching side's packets
+    (request and ACKs) carry the other class's; unset, both are the flow's."""
+    base = {"name": "a", "topology": {"hosts": 2}, "tc_profile": "thesis-3band"}
+    web = {"utilization": "5%", "tc_class": "high"}
+    s = load_scenario_data(
+        {**base, "workloads": {"websearch": {**web, "ack_class": "middle"}}}, "a"
+    )
+    assert (s.workloads.websearch.d.dscp, s.workloads.websearch.d.ack_dscp) == (46, 0)
+    s = load_scenario_data({**base, "workloads": {"websearch": web}}, "a")
+    assert s.workloads.websearch.d.ack_dscp == 46
 
 
 def test_a_derived_block_given_as_input_is_recomputed():

@@ -88,6 +88,7 @@ class Websearch(Controller):
             "peers": {h.name: str(h.data_ip) for h in hosts},
             "rate_per_host": d.arrival_rate,
             "dscp": d.dscp,
+            "ack_dscp": d.ack_dscp,
             "port": self.cfg.port,
             "seed": self.s.seed,
             "stream": self.name,

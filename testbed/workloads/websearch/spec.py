@@ -32,6 +32,7 @@ class WebsearchDerived(Placement):
     fabric_utilization: float | None = Field(
         None, description="leaf-spine: percent of the busiest leaf–spine link's rate"
     )
+    ack_dscp: int = Field(description="the DSCP of the fetching side's packets (its ACKs)")
 
 
 class WebsearchWorkload(Placed):
@@ -60,6 +61,12 @@ class WebsearchWorkload(Placed):
     )
     port: int | None = Field(
         None, ge=1024, le=65535, description="its servers' port (default: 5301, +1 per instance)"
+    )
+    ack_class: str | None = Field(
+        None,
+        description="the class of the receiving side's packets (the request, the ACKs): unset, "
+        "the flow's own; the thesis' ns-3 sinks carry no ToS, so their ACKs sit in the port's "
+        "middle band, below the flows' (tc profile thesis-3band: ack_class: middle)",
     )
 
     derived: WebsearchDerived | None = Field(
@@ -114,12 +121,23 @@ def resolve(
     if w.port is None:
         w.port = PORT + ordinal
     assert place is not None
+    ack_dscp = place.dscp
+    if w.ack_class is not None:
+        classes = [c.name for c in s.tc_profile.classes]
+        if w.ack_class not in classes:
+            raise FieldProblem(
+                ("ack_class",),
+                f"{w.ack_class!r} is not a class of tc profile {s.tc_profile.name!r}; "
+                f"classes: {classes}",
+            )
+        ack_dscp = s.tc_profile.cls(w.ack_class).mark
     w.derived = WebsearchDerived(
         **place.model_dump(),
         arrival_rate=rate,
         utilization=util,
         mean_flow_size=mean,
         fabric_utilization=fabric,
+        ack_dscp=ack_dscp,
     )
 
 
