@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import yaml
@@ -35,6 +35,9 @@ from testbed.errors import ScenarioError, TestbedError
 from testbed.resolve import load_scenario, with_overrides
 from testbed.scenario import dump_scenario, json_schema
 from testbed.units import parse_duration
+
+if TYPE_CHECKING:
+    from testbed.state import RunState
 
 err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -835,84 +838,70 @@ def images_build(base: str | None, force: bool) -> None:
     click.echo(f"{r.tag}: {what}, {r.size_mb:.0f} MB")
 
 
-@main.command()
-@click.option("--force", is_flag=True, help="also stop runs whose orchestrator is still alive")
-@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
-@_friendly
-def down(force: bool, run_ids: tuple[str, ...]) -> None:
-    """Remove everything earlier runs left behind (after kill -9, a crash, a reboot of testbed);
-    only the runs RUN_ID... when given (`testbed status` lists them).
+def _down_recorded(st: RunState, force: bool) -> tuple[int, bool]:
+    """One run with a state file: torn down unless it is alive (--force stops it first);
+    one its guardian is tearing down is waited for. (runs cleaned, whether something failed)"""
+    from testbed.runtime.registry import teardown
+    from testbed.state import RunLock, RunState
 
-    Only objects recorded in a run's state file are touched, containers that carry testbed's
-    labels and names for a run that is not alive, and namespaces and interfaces named as
-    testbed names them for a run that has no state file. Idempotent."""
-    from testbed.preflight import require_root
-    from testbed.runtime import registry as runtimes
-
-    teardown = runtimes.teardown
-    from testbed.state import RunLock, RunState, all_states
-
-    require_root("testbed down")
-    wanted = set(run_ids)
-    states = [st for st in all_states() if not wanted or st.run_id in wanted]
-    cleaned = 0
-    failed = False
-    for st in states:
-        lock = RunLock(st.run_id)
-        if st.alive():
-            if not force:
-                click.echo(
-                    f"run {st.run_id} is live (pid {st.pid}); left alone (stop it, or use --force)"
-                )
-                continue
+    lock = RunLock(st.run_id)
+    if st.alive():
+        if not force:
             click.echo(
-                f"run {st.run_id} is live: sending SIGTERM to pid {st.pid} and waiting for its teardown"
+                f"run {st.run_id} is live (pid {st.pid}); left alone (stop it, or use --force)"
             )
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(st.pid, signal.SIGTERM)
-        elif lock.held_elsewhere():
-            click.echo(f"run {st.run_id} is being torn down by its guardian; waiting for it")
-        # whoever holds the lock is tearing the run down: never a second teardown beside it
-        if not lock.acquire(timeout=60):
+            return 0, False
+        click.echo(
+            f"run {st.run_id} is live: sending SIGTERM to pid {st.pid} and waiting for its teardown"
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(st.pid, signal.SIGTERM)
+    elif lock.held_elsewhere():
+        click.echo(f"run {st.run_id} is being torn down by its guardian; waiting for it")
+    # whoever holds the lock is tearing the run down: never a second teardown beside it
+    if not lock.acquire(timeout=60):
+        click.echo(
+            f"run {st.run_id}: still being torn down after 60 s; left alone, try again",
+            err=True,
+        )
+        return 0, True
+    try:
+        try:
+            now = RunState.load(st.path)
+        except (OSError, ValueError, TypeError):
+            click.echo(f"run {st.run_id} ({st.scenario}) was torn down by its own process")
+            return 1, False
+        if not now.same_run(st) or now.alive():
+            return 0, False  # the id names another run now, or its owner lives after all
+        problems = teardown(now)
+        for p in problems:
+            click.echo(f"run {st.run_id}: {p}", err=True)
+        if problems:
+            return 0, True
+        now.remove()
+        containers = sum(1 for o in now.objects if o["kind"] == "container")
+        click.echo(
+            f"removed run {now.run_id} ({now.scenario}): {len(now.namespaces())} namespaces, "
+            f"{sum(1 for o in now.objects if o['kind'] == 'link')} host-side links"
+            + (f", {containers} containers" if containers else "")
+        )
+        return 1, False
+    finally:
+        lock.release(unlink=not st.path.exists())
+        # the guardian lets go of the lock a moment before its process ends
+        if not st.wait_for_guardian(timeout=10):
             click.echo(
-                f"run {st.run_id}: still being torn down after 60 s; left alone, try again",
+                f"run {st.run_id}: its guardian (pid {st.guardian_pid}) is still running",
                 err=True,
             )
-            failed = True
-            continue
-        try:
-            try:
-                now = RunState.load(st.path)
-            except (OSError, ValueError, TypeError):
-                click.echo(f"run {st.run_id} ({st.scenario}) was torn down by its own process")
-                cleaned += 1
-                continue
-            if not now.same_run(st) or now.alive():
-                continue  # the id names another run now, or its owner lives after all
-            problems = teardown(now)
-            if problems:
-                failed = True
-                for p in problems:
-                    click.echo(f"run {st.run_id}: {p}", err=True)
-                continue
-            now.remove()
-            cleaned += 1
-            containers = sum(1 for o in now.objects if o["kind"] == "container")
-            click.echo(
-                f"removed run {now.run_id} ({now.scenario}): {len(now.namespaces())} namespaces, "
-                f"{sum(1 for o in now.objects if o['kind'] == 'link')} host-side links"
-                + (f", {containers} containers" if containers else "")
-            )
-        finally:
-            lock.release(unlink=not st.path.exists())
-            # the guardian lets go of the lock a moment before its process ends
-            if not st.wait_for_guardian(timeout=10):
-                click.echo(
-                    f"run {st.run_id}: its guardian (pid {st.guardian_pid}) is still running",
-                    err=True,
-                )
-    # What a runtime finds by its own labels (containers carry their run id): a run whose
-    # state file is gone still has those found, and only those testbed labelled.
+
+
+def _down_labelled(wanted: set[str]) -> tuple[int, bool]:
+    """What a runtime finds by its own labels (containers carry their run id): a run whose
+    state file is gone still has those found, and only those testbed labelled."""
+    from testbed.runtime import registry as runtimes
+
+    cleaned, failed = 0, False
     for kind in runtimes.RUNTIMES.values():
         for rid, names in kind.orphans().items():
             if wanted and rid not in wanted:
@@ -926,11 +915,18 @@ def down(force: bool, run_ids: tuple[str, ...]) -> None:
                 f"removed {len(names)} {kind.name} object(s) of run {rid} found by label: "
                 f"{' '.join(sorted(names))}"
             )
-    # Namespaces (of every role) and root-namespace interfaces named as testbed names them,
-    # of runs without a state file (lost with its run): every object is recorded before it
-    # exists, so no run that has one can own them. Still, down deletes what a record names:
-    # these it reports, and removes only for a run the user names (a dead probe's carries
-    # its process id, so it is removed).
+    return cleaned, failed
+
+
+def _down_strays(wanted: set[str]) -> tuple[int, bool]:
+    """Namespaces (of every role) and root-namespace interfaces named as testbed names them,
+    of runs without a state file (lost with its run): every object is recorded before it
+    exists, so no run that has one can own them. Still, down deletes what a record names:
+    these it reports, and removes only for a run the user names (a dead probe's carries its
+    process id, so it is removed)."""
+    from testbed.runtime import registry as runtimes
+
+    cleaned, failed = 0, False
     for rid, names in runtimes.strays().items():
         if wanted and rid not in wanted:
             continue
@@ -950,6 +946,32 @@ def down(force: bool, run_ids: tuple[str, ...]) -> None:
         if not problems:
             cleaned += 1
             click.echo(f"removed {len(names)} object(s) of {whose}: {' '.join(sorted(names))}")
+    return cleaned, failed
+
+
+@main.command()
+@click.option("--force", is_flag=True, help="also stop runs whose orchestrator is still alive")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+@_friendly
+def down(force: bool, run_ids: tuple[str, ...]) -> None:
+    """Remove everything earlier runs left behind (after kill -9, a crash, a reboot of testbed);
+    only the runs RUN_ID... when given (`testbed status` lists them).
+
+    Only objects recorded in a run's state file are touched, containers that carry testbed's
+    labels and names for a run that is not alive, and namespaces and interfaces named as
+    testbed names them for a run that has no state file. Idempotent."""
+    from testbed.preflight import require_root
+    from testbed.state import all_states
+
+    require_root("testbed down")
+    wanted = set(run_ids)
+    cleaned, failed = 0, False
+    for st in all_states():
+        if not wanted or st.run_id in wanted:
+            done, bad = _down_recorded(st, force)
+            cleaned, failed = cleaned + done, failed or bad
+    for done, bad in (_down_labelled(wanted), _down_strays(wanted)):
+        cleaned, failed = cleaned + done, failed or bad
     if not cleaned and not failed:
         click.echo("nothing to remove")
     elif cleaned:

@@ -346,6 +346,45 @@ def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
     )
 
 
+def _fabric(
+    leaves: list[Switch],
+    spines: tuple[Switch, ...],
+    subnets: list[ipaddress.IPv4Network],
+    first: int,
+    rate: int,
+    prefix: ipaddress.IPv4Network,
+) -> tuple[list[Link], list[Route]]:
+    """Every leaf to every spine on a /31 from address `first` on, and the routes: a spine
+    reaches each leaf's subnet through that leaf; a leaf reaches the whole data prefix over
+    every spine (ECMP)."""
+    links: list[Link] = []
+    routes: list[Route] = []
+    n_spines = len(spines)
+    for i, leaf in enumerate(leaves, start=1):
+        nexthops = []
+        for j, spine in enumerate(spines, start=1):
+            k = (i - 1) * n_spines + (j - 1)
+            lo = ipaddress.IPv4Address(first + 2 * k)
+            hi = lo + 1
+            links.append(
+                Link(
+                    f"{leaf.name}-{spine.name}",
+                    Port(leaf.name, leaf.netns, f"s{j}", IF_FABRIC + j,
+                         ipaddress.IPv4Interface(f"{lo}/31")),
+                    Port(spine.name, spine.netns, f"l{i}", IF_FABRIC + i,
+                         ipaddress.IPv4Interface(f"{hi}/31")),
+                    rate,
+                    "fabric",
+                )
+            )  # fmt: skip
+            nexthops.append(hi)
+            routes.append(Route(spine.netns, subnets[i - 1], (lo,)))
+        # the whole data prefix over every spine; the leaf's own subnet and its /31s are
+        # connected routes, more specific, so only other leaves' traffic takes this one
+        routes.append(Route(leaf.netns, prefix, tuple(nexthops)))
+    return links, routes
+
+
 def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
     t = s.topology
     L, S, per = t.leaves, t.spines, t.hosts_per_leaf
@@ -361,7 +400,6 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
     leaves: list[Switch] = []
     hosts: list[Host] = []
     links: list[Link] = []
-    routes: list[Route] = []
     subnets: list[ipaddress.IPv4Network] = []
     for i in range(1, L + 1):
         subnet = ipaddress.IPv4Network((base + (i - 1) * block, block_len))
@@ -388,39 +426,8 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
             )
             hosts.append(h)
             links.append(_host_link(h, leaf, k + 1, t.link_rate))
-    fabric = base + L * block
-    for i, leaf in enumerate(leaves, start=1):
-        nexthops = []
-        for j, spine in enumerate(spines, start=1):
-            k = (i - 1) * S + (j - 1)
-            lo = ipaddress.IPv4Address(fabric + 2 * k)
-            hi = lo + 1
-            links.append(
-                Link(
-                    f"{leaf.name}-{spine.name}",
-                    Port(
-                        leaf.name,
-                        leaf.netns,
-                        f"s{j}",
-                        IF_FABRIC + j,
-                        ipaddress.IPv4Interface(f"{lo}/31"),
-                    ),
-                    Port(
-                        spine.name,
-                        spine.netns,
-                        f"l{i}",
-                        IF_FABRIC + i,
-                        ipaddress.IPv4Interface(f"{hi}/31"),
-                    ),
-                    fabric_rate,
-                    "fabric",
-                )
-            )
-            nexthops.append(hi)
-            routes.append(Route(spine.netns, subnets[i - 1], (lo,)))
-        # the whole data prefix over every spine; the leaf's own subnet and its /31s are
-        # connected routes, more specific, so only other leaves' traffic takes this one
-        routes.append(Route(leaf.netns, t.prefix, tuple(nexthops)))
+    fab_links, routes = _fabric(leaves, spines, subnets, base + L * block, fabric_rate, t.prefix)
+    links += fab_links
     return TopologyPlan(
         run_id=run_id,
         kind="leaf-spine",

@@ -163,6 +163,11 @@ class Controller:
     def progress(self) -> str:
         return ""
 
+    def tick(self, now: float) -> None:
+        """Called at every poll of the run (live.LiveRun.tick), from launch until collected,
+        with the wall-clock time: where a kind acts inside the window (a policy switching
+        classes, a schedule of its own). Most kinds need nothing here."""
+
     def check(self) -> None:
         """A program that ended before its time: killed, failed, or a finite one that left
         without its `.done` (a server, which is never finite, by ending at all). The first

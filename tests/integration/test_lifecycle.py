@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -13,8 +14,9 @@ import yaml
 
 from testbed.runtime.netns import pids_in
 from testbed.state import STATE_DIR, RunState
+from tests.bounds import time_at_most
 
-from .helpers import present_objects, run_cli, spawn_up
+from .helpers import present_objects, run_cli, run_scenario, spawn_up
 
 QUICK = """\
 name: quick
@@ -242,3 +244,35 @@ def test_docker_engine_that_does_not_answer_is_one_line(tmp_path):
     assert len(lines) == 1 and "no Docker engine answers" in lines[0], r.stderr
     assert "install.sh" in lines[0]
     assert present_objects() == before and not (tmp_path / "run").exists()
+
+
+def test_every_phase_ticks_the_workloads(tmp_path, monkeypatch):
+    """A workload controller's `tick(now)` (the seam policies act through) is called at
+    every poll from launch to collection: while the processes start, through the whole
+    window at least every half second, and while flows drain; never after collection."""
+    from testbed.live import POLL_S
+    from testbed.workloads.linkcheck.controller import Linkcheck
+
+    ticks: list[float] = []
+    collected: list[float] = []
+    monkeypatch.setattr(Linkcheck, "tick", lambda self, now: ticks.append(now))
+    collect = Linkcheck.collect
+
+    def recorded(self):
+        out = collect(self)
+        collected.append(time.time())
+        return out
+
+    monkeypatch.setattr(Linkcheck, "collect", recorded)
+    s = run_scenario(
+        tmp_path,
+        {"duration": "3s", "topology": {"hosts": 2}, "workloads": {"linkcheck": {}}},
+    )
+    w = s["window"]
+    assert ticks == sorted(ticks)
+    assert ticks[0] < w["t0"], "no tick while the workload started"
+    inside = [t for t in ticks if w["t0"] <= t <= w["t0"] + s["duration_s"]]
+    assert len(inside) >= 3, f"{len(inside)} ticks in the window"
+    gap = max(b - a for a, b in itertools.pairwise(inside))
+    time_at_most(gap, POLL_S + 0.25, s, "the longest gap between ticks in the window")
+    assert ticks[-1] <= collected[0], "ticked after the workload was collected"

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from testbed.orchestrator import _late_edges
+from testbed.live import late_edges
 from testbed.window import Window
 
 
@@ -15,7 +15,7 @@ def snap(t: float):
 def test_prompt_edges_are_quiet(caplog):
     w = Window(t0=100.0, duration=5.0, warmup=1.0, cooldown=0.0, drain=0.0)
     with caplog.at_level(logging.WARNING):
-        assert _late_edges(w, snap(101.004), snap(105.02)) == [0.004, 0.02]
+        assert late_edges(w, snap(101.004), snap(105.02)) == [0.004, 0.02]
     assert not caplog.records
 
 
@@ -24,7 +24,7 @@ def test_a_stop_edge_read_past_the_load_is_warned(caplog):
     spreads 4 s of bytes over 4.5 s (0.889, the measured ratio)."""
     w = Window(t0=100.0, duration=5.0, warmup=1.0, cooldown=0.0, drain=0.0)
     with caplog.at_level(logging.WARNING):
-        late = _late_edges(w, snap(101.0), snap(105.5))
+        late = late_edges(w, snap(101.0), snap(105.5))
     assert late == [0.0, 0.5]
     (rec,) = caplog.records
     assert "0.50 s after the load stopped" in rec.getMessage()
@@ -36,5 +36,5 @@ def test_a_stop_edge_read_past_the_load_is_warned(caplog):
 def test_a_cooldown_covers_a_late_read(caplog, read_at):
     w = Window(t0=100.0, duration=5.0, warmup=1.0, cooldown=1.0, drain=0.0)
     with caplog.at_level(logging.WARNING):
-        _late_edges(w, snap(101.0), snap(read_at))
+        late_edges(w, snap(101.0), snap(read_at))
     assert not caplog.records

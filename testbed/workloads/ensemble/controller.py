@@ -55,6 +55,28 @@ def edge_span(at: dict[str, Any]) -> float | None:
     return span if span > 0 else None
 
 
+def waits_in(
+    rows: list[dict[str, str]], models: list[str], start: float, stop: float
+) -> dict[str, float]:
+    """Seconds each model waited for a round inside [start, stop]."""
+    waits = dict.fromkeys(models, 0.0)
+    for r in rows:
+        taken = float(r["taken"])
+        lo, hi = max(taken - float(r["wait_s"]), start), min(taken, stop)
+        waits[r["model"]] += max(0.0, hi - lo)
+    return waits
+
+
+def sent_in(counters: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Raw and preprocessed bytes every node sent between the window's edges."""
+    sent = {"raw": 0, "preprocessed": 0}
+    for at in counters.values():
+        if "start" in at and "stop" in at:
+            for k in sent:
+                sent[k] += at["stop"]["sent"][k] - at["start"]["sent"][k]
+    return sent
+
+
 def window_rate(at: dict[str, Any], per_round: int, images: int) -> float | None:
     """A model's images/s in the window from its counters at the edges: the rounds it
     completed between the reads (what it trained on), but never more than the bytes its
@@ -161,10 +183,7 @@ class Ensemble(Controller):
         win = self.window
         span = max(0.0, min(win.stop, win.end) - max(win.start, win.t0))
         measured = [r for r in rows if r["measured"] == "True"]
-        counters = {}  # host → its counters at the window's edges (node.count_window)
-        for p in self.procs:
-            path = p.out.with_name(p.out.stem + "-bytes.json")
-            counters[p.host.name] = json.loads(path.read_text()) if path.exists() else {}
+        counters = self._edge_counters()
         per_round = round_bytes_in(c)
         per_model = {
             m: window_rate(counters.get(m, {}), per_round[m], d.images_per_round) for m in d.models
@@ -175,16 +194,8 @@ class Ensemble(Controller):
             at, edges = counters.get(h, {}), edge_span(counters.get(h, {}))
             if edges:
                 pace[h] = (at["stop"]["produced"] - at["start"]["produced"]) * c.batch / edges
-        waits = {m: 0.0 for m in d.models}
-        for r in rows:  # the part of each wait inside the window
-            taken = float(r["taken"])
-            lo, hi = max(taken - float(r["wait_s"]), win.start), min(taken, win.stop)
-            waits[r["model"]] += max(0.0, hi - lo)
-        sent = {"raw": 0, "preprocessed": 0}  # in the window (node.count_window)
-        for at in counters.values():
-            if "start" in at and "stop" in at:
-                for k in sent:
-                    sent[k] += at["stop"]["sent"][k] - at["start"]["sent"][k]
+        waits = waits_in(rows, d.models, win.start, win.stop)
+        sent = sent_in(counters)
         delivered = sum(int(r["images"]) for r in measured)
         limit = min(x for x in (d.preprocess_limit, d.network_limit) if x is not None)
         n = len(d.models)
@@ -237,6 +248,14 @@ class Ensemble(Controller):
             "dscp": d.dscp,
             "class": d.tc_class,
         }
+
+    def _edge_counters(self) -> dict[str, dict[str, Any]]:
+        """host → its counters at the window's edges (node.count_window), {} where none."""
+        counters = {}
+        for p in self.procs:
+            path = p.out.with_name(p.out.stem + "-bytes.json")
+            counters[p.host.name] = json.loads(path.read_text()) if path.exists() else {}
+        return counters
 
     def warnings(self, section: dict[str, Any]) -> list[str]:
         """What says the emulation itself is off: a preprocessor faster than configured. (A

@@ -21,7 +21,8 @@ from typing import Any
 from testbed.errors import RunFailure
 from testbed.runtime.base import NodeProcess
 from testbed.stopping import checkpoint
-from testbed.workloads.training.horovod import HorovodJob, mark_group, nccl_env
+from testbed.workloads.marking import mark_group
+from testbed.workloads.training.horovod import HorovodJob, nccl_env
 from testbed.workloads.training.spec import fusion_of
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class DdpJob(HorovodJob):
         config.write_text(json.dumps(cfg))
         hosts = self.hosts()
         for h in hosts:
-            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp)
+            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp, self.name)
         store = self._start_store()
         base_env = {
             "GLOO_SOCKET_IFNAME": "eth0",
@@ -99,10 +100,14 @@ class DdpJob(HorovodJob):
             self.spawn(
                 h, "worker", WORKER_MODULE, argv, out, env, preload=PRELOAD, gid=self.owner_gid
             )
+        fusion = fusion_of(self.cfg)
+        size = self.cfg.bucket_cap if fusion == "buckets" else self.cfg.fusion_threshold
         log.info(
-            "%s: %d %s torch-ddp workers (%s), buckets of %d B, DSCP %d (%s), compute %.0f ms/iteration",
-            self.name, len(hosts), self.cfg.mode, cfg["dist_backend"], self.cfg.bucket_cap,
-            self.cfg.d.dscp, self.cfg.d.tc_class, self.cfg.d.compute_time * 1e3,
+            "%s: %d %s torch-ddp workers (%s), %s fusion ≤ %d B, %s%s, DSCP %d (%s), "
+            "compute %.0f ms/iteration",
+            self.name, len(hosts), self.cfg.mode, cfg["dist_backend"], fusion, size,
+            self.cfg.queue, "" if self.cfg.barrier else ", no barrier", self.cfg.d.dscp,
+            self.cfg.d.tc_class, self.cfg.d.compute_time * 1e3,
         )  # fmt: skip
 
     def stop(self) -> None:

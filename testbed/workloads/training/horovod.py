@@ -33,10 +33,10 @@ from typing import Any
 
 from testbed.errors import EnvironmentProblem
 from testbed.metrics import describe
-from testbed.runtime.base import Runtime
 from testbed.stopping import checkpoint
 from testbed.topology import Host
 from testbed.workloads.controller import Context, Controller
+from testbed.workloads.marking import mark_group
 from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.training.gpus import devices
 from testbed.workloads.training.horovod_worker import FIELDS
@@ -73,42 +73,6 @@ def nccl_env(cfg: HorovodWorkload) -> dict[str, str]:
     if cfg.nccl_sockets_per_thread is not None:
         env["NCCL_NSOCKS_PERTHREAD"] = str(cfg.nccl_sockets_per_thread)
     return env
-
-
-def mark_group(rt: Runtime, ns: str, ifname: str, gid: int, dscp: int) -> None:
-    """iptables is the one tool with an owner match and a DSCP target that every kernel
-    here supports; pyroute2's nftables API cannot express them. The rule lives in the node's
-    own namespace and goes with it; it is made from this machine, in that namespace only, so
-    a container needs no capability for it."""
-    cmd = [
-        "iptables",
-        "-w",
-        "-t",
-        "mangle",
-        "-A",
-        "OUTPUT",
-        "-o",
-        ifname,
-        "-m",
-        "owner",
-        "--gid-owner",
-        str(gid),
-        "-j",
-        "DSCP",
-        "--set-dscp",
-        str(dscp),
-    ]
-    try:
-        r = rt.net_exec(ns, cmd)
-    except FileNotFoundError:
-        raise EnvironmentProblem(
-            "iptables is missing; install it (apt-get install iptables)"
-        ) from None
-    if r.returncode != 0:
-        raise EnvironmentProblem(
-            f"cannot mark Horovod traffic in {ns}: iptables said {r.stderr.strip()!r} "
-            "(the kernel needs xt_owner and xt_DSCP)"
-        )
 
 
 class Rendezvous:
@@ -207,7 +171,7 @@ class HorovodJob(Controller):
         config.write_text(json.dumps(self._config()))
         hosts = self.hosts()
         for h in hosts:
-            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp)
+            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp, self.name)
         self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), hosts)
         base_env = {
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(self.topo.mgmt_bridge_ip),

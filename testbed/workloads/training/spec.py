@@ -264,17 +264,8 @@ def _check_schedule(w: HorovodWorkload) -> None:
             )
 
 
-def resolve(
-    w: HorovodWorkload,
-    s: Any,
-    base_dir: Path | None,
-    ordinal: int = 0,
-    place: Placement | None = None,
-) -> None:
-    """Checks that need the rest of the scenario, then `derived`. `place`: the class and DSCP
-    the loader resolved for the instance."""
-    from testbed.paths import ring_bottleneck
-
+def _check_fields(w: HorovodWorkload) -> None:
+    """Field combinations no backend runs, refused in one line naming the field."""
     if w.kind == "torch-ddp" and w.backend != "torch-ddp":
         raise FieldProblem(("backend",), "kind torch-ddp runs torch-ddp; remove backend")
     if w.backend == "torch-ddp" and w.timeline:
@@ -283,7 +274,6 @@ def resolve(
             "the timeline is Horovod's; torch-ddp has none (use backend: horovod, or remove "
             "timeline)",
         )
-    _check_schedule(w)
     if w.nccl_sockets_per_thread is not None:
         # NCCL's default is 0 helper threads on a NIC it cannot identify (a veth has
         # no PCI vendor), and it clamps threads × sockets to 64 (net_socket.cc)
@@ -308,6 +298,21 @@ def resolve(
             "device: cuda is replaced by gpus; remove device and set gpus: 1 (or all, "
             "auto, or a list of device ids)",
         )
+
+
+def resolve(
+    w: HorovodWorkload,
+    s: Any,
+    base_dir: Path | None,
+    ordinal: int = 0,
+    place: Placement | None = None,
+) -> None:
+    """Checks that need the rest of the scenario, then `derived`. `place`: the class and DSCP
+    the loader resolved for the instance."""
+    from testbed.paths import ring_bottleneck
+
+    _check_fields(w)
+    _check_schedule(w)
     if w.profile:
         p = Path(w.profile)
         p = p if p.is_absolute() else (base_dir or Path.cwd()) / p
