@@ -111,11 +111,8 @@ def _placement(s: Scenario, name: str, w: Any, default: str, hosts: list[str]) -
     classes = s.tc_profile.class_names
     if w.tc_class is not None and w.dscp is not None:
         raise FieldProblem((*at, "dscp"), "give tc_class or dscp, not both")
-    if w.tc_class is not None and w.tc_class not in classes:
-        raise FieldProblem(
-            (*at, "tc_class"),
-            f"{w.tc_class!r} is not a class of tc profile {s.tc_profile.name!r}; classes: {classes}",
-        )
+    if w.tc_class is not None and (problem := s.tc_profile.unknown_class(w.tc_class)):
+        raise FieldProblem((*at, "tc_class"), problem)
     if w.dscp is not None:
         return Placement(tc_class=s.tc_profile.class_of(w.dscp), dscp=w.dscp)
     cls = w.tc_class or (s.tc_profile.default if default == "default" else classes[0])

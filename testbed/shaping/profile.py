@@ -141,6 +141,12 @@ class TcProfile(BaseModel):
     def class_names(self) -> list[str]:
         return [c.name for c in self.classes]
 
+    def unknown_class(self, name: str) -> str | None:
+        """What is wrong with naming class `name` of this profile, or None (a field's error)."""
+        if name in self.class_names:
+            return None
+        return f"{name!r} is not a class of tc profile {self.name!r}; classes: {self.class_names}"
+
     def class_of(self, dscp: int) -> str:
         for c in self.classes:
             if dscp in c.dscp:

@@ -313,6 +313,21 @@ def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
     rate_at_least(be["rate_bps"], 0.95 * rate, s, f"{node}'s {direction}link")
 
 
+def one_bulk_flow(tmp_path, rate: int, **topology: str) -> dict:
+    """h1 → h2, one Reno flow for 6 s through a 1000-packet FIFO, with `topology` fields;
+    a run whose link fell short of its cap for the machine's sake is run again (run_until)."""
+    return run_until(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate, **topology},
+            "tc_profile": "fifo",
+            "workloads": {"linkcheck": {"pattern": "single", "short": False}},
+        },
+        lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
+    )
+
+
 def test_a_fixed_receive_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
     """topology.tcp_rcvbuf fixes every host's receive buffer, so a flow's window, and with it
     the queue one backlogged flow builds, stays within it: ns-3's RcvBufSize, which keeps the
@@ -321,16 +336,7 @@ def test_a_fixed_receive_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
     at most the window (Linux advertises ~0.6 of the buffer) and nothing is dropped, while the
     link stays full."""
     rate, rcvbuf = 50_000_000, 200_000
-    s = run_until(
-        tmp_path,
-        {
-            "duration": "6s",
-            "topology": {"hosts": 2, "link_rate": rate, "tcp_rcvbuf": "200KB"},
-            "tc_profile": "fifo",
-            "workloads": {"linkcheck": {"pattern": "single", "short": False}},
-        },
-        lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
-    )
+    s = one_bulk_flow(tmp_path, rate, tcp_rcvbuf="200KB")
     assert s["tcp_rcvbuf_bytes"] == rcvbuf
     be = link(s, "h1", "up")["classes"]["be"]
     samples = backlogs(last_run(tmp_path), "h1", "up")
@@ -347,16 +353,7 @@ def test_a_fixed_send_buffer_bounds_what_a_flow_has_in_flight(tmp_path):
     receiver's window left to autotune (megabytes here) one bulk flow still builds no more
     queue than the buffer holds, drops nothing in a 1000-packet FIFO, and fills its link."""
     rate, sndbuf = 50_000_000, 200_000
-    s = run_until(
-        tmp_path,
-        {
-            "duration": "6s",
-            "topology": {"hosts": 2, "link_rate": rate, "tcp_sndbuf": "200KB"},
-            "tc_profile": "fifo",
-            "workloads": {"linkcheck": {"pattern": "single", "short": False}},
-        },
-        lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
-    )
+    s = one_bulk_flow(tmp_path, rate, tcp_sndbuf="200KB")
     assert s["tcp_sndbuf_bytes"] == sndbuf and s["tcp_rcvbuf_bytes"] is None
     be = link(s, "h1", "up")["classes"]["be"]
     samples = backlogs(last_run(tmp_path), "h1", "up")

@@ -123,13 +123,8 @@ def resolve(
     assert place is not None
     ack_dscp = place.dscp
     if w.ack_class is not None:
-        classes = [c.name for c in s.tc_profile.classes]
-        if w.ack_class not in classes:
-            raise FieldProblem(
-                ("ack_class",),
-                f"{w.ack_class!r} is not a class of tc profile {s.tc_profile.name!r}; "
-                f"classes: {classes}",
-            )
+        if problem := s.tc_profile.unknown_class(w.ack_class):
+            raise FieldProblem(("ack_class",), problem)
         ack_dscp = s.tc_profile.cls(w.ack_class).mark
     w.derived = WebsearchDerived(
         **place.model_dump(),
