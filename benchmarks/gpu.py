@@ -6,11 +6,13 @@ NCCL ranks over loopback, no testbed). On an H100 VM (docs/results/gpu.md) this 
 of the cap where the anchor moved 14.6 Gbit/s: the emulated path's packet rate, not NCCL.
 
   nccl_wire_ratio     a bulk all-reduce (100 MB, 1 ms of compute: the link is never idle for
-                      long): the job's class on h1's uplink, from the kernel's class counters
-                      over the measured window, over the 10 Gbit/s cap. Physics keeps it ≤ 1;
-                      ≥ 0.85 means NCCL's sockets fill the shaped link. (Not payload ÷
-                      (iteration − compute): DDP's all-reduce overlaps backward, so that read
-                      above 1.)
+                      long) through links in `link_mode: fast`: the job's class on h1's
+                      uplink, from the kernel's class counters over the measured window, over
+                      the 10 Gbit/s cap. Physics keeps it ≤ 1; ≥ 0.85 means NCCL's sockets
+                      fill the shaped link. (Not payload ÷ (iteration − compute): DDP's
+                      all-reduce overlaps backward, so that read above 1.)
+  nccl_wire_ratio_exact   the same in `link_mode: exact` (frame by frame: 0.141 on an H100 VM,
+                      the emulated path's packet rate)
   nccl_class_share    the share of all bytes on the workers' uplinks that went in the job's
                       class (low): the DSCP rule marks NCCL's sockets too
   iteration_error     a compute-heavier job (50 ms): |mean iteration − predicted| / predicted
@@ -21,8 +23,9 @@ On a machine without an NVIDIA GPU it builds both scenarios and the prediction, 
 prints no JSON line and exits 0; scripts/gpu-device.sh fails when a GPU machine's run of it
 printed no JSON line.
 
-Run as root: `.venv/bin/python benchmarks/gpu.py [--quick]`; the JSON line is the last line.
---quick: 3 s runs with a 0.5 s warm-up, to check in seconds that it runs; its figures mean little.
+Run as root: `.venv/bin/python benchmarks/gpu.py [--quick | --short]`; the JSON line is the last
+line. --quick: 3 s runs with a 0.5 s warm-up, to check in seconds that it runs; its figures mean
+little. --short: 12 s bulk runs and a 15 s timed run (a lent GPU machine's minutes are few).
 """
 
 from __future__ import annotations
@@ -42,12 +45,13 @@ from testbed.workloads.training import predict
 RATE = 10_000_000_000
 
 
-def scenario(compute: str, duration: str, quick: bool) -> Any:
+def scenario(compute: str, duration: str, quick: bool, mode: str = "fast") -> Any:
     data = {
         "name": "gpu-bench", "duration": "3s" if quick else duration,
         "measure": {"warmup": "0.5s", "cooldown": "0s"} if quick else
                    {"warmup": "3s", "cooldown": "2s"},
-        "topology": {"hosts": 2, "link_rate": RATE}, "tc_profile": "thesis-2band",
+        "topology": {"hosts": 2, "link_rate": RATE, "link_mode": mode},
+        "tc_profile": "thesis-2band",
         "workloads": {"horovod": {"backend": "torch-ddp", "model_size": "100MB",
                                   "compute_time": compute, "bucket_cap": "25MiB",
                                   "tc_class": "low", "gpus": 1}},
@@ -69,10 +73,12 @@ def main() -> int:
         action="store_true",
         help="3 s runs: checks in seconds that it runs; the figures mean little",
     )
+    ap.add_argument("--short", action="store_true", help="12 s bulk runs, a 15 s timed run")
     args = ap.parse_args()
     # everything but the runs first, so that a machine without a GPU checks it too
-    bulk_s = scenario("1ms", "25s", args.quick)
-    s = scenario("50ms", "30s", args.quick)
+    bulk_len, timed_len = ("12s", "15s") if args.short else ("25s", "30s")
+    bulk_s = {m: scenario("1ms", bulk_len, args.quick, m) for m in ("fast", "exact")}
+    s = scenario("50ms", timed_len, args.quick)
     pred = predict.for_scenario(s)["iteration_s"]
     gpus = visible_gpus()
     if not gpus:
@@ -81,18 +87,22 @@ def main() -> int:
             "no nvidia-smi); nothing measured"
         )
         return 0
-    bulk = job(bulk_s, "1ms")
-    ups = [x for x in bulk["links"] if x["direction"] == "up" and x["tier"] == "host"]
-    h1 = next(x for x in ups if x["node"] == "h1")
-    wire = h1["classes"]["low"]["rate_bps"] / RATE
-    total = sum(c["bytes"] for x in ups for c in x["classes"].values())
-    share = sum(x["classes"]["low"]["bytes"] for x in ups) / total if total else 0.0
-    print(f"bulk all-reduce: h1's uplink carried {wire:.3f} of the cap in the job's class, "
-          f"{share:.4f} of all uplink bytes in that class")  # fmt: skip
+    wire, share = {}, {}
+    for mode, bs in bulk_s.items():
+        bulk = job(bs, "1ms")
+        ups = [x for x in bulk["links"] if x["direction"] == "up" and x["tier"] == "host"]
+        h1 = next(x for x in ups if x["node"] == "h1")
+        wire[mode] = h1["classes"]["low"]["rate_bps"] / RATE
+        total = sum(c["bytes"] for x in ups for c in x["classes"].values())
+        share[mode] = sum(x["classes"]["low"]["bytes"] for x in ups) / total if total else 0.0
+        print(f"bulk all-reduce, link_mode {mode}: h1's uplink carried {wire[mode]:.3f} of the "
+              f"cap in the job's class, {share[mode]:.4f} of all uplink bytes in that class")  # fmt: skip
     timed = job(s, "50ms")
     mean = timed["horovod"]["iteration_time_s"]["mean"]
     print(f"50 ms of compute: mean iteration {mean * 1e3:.1f} ms, predicted {pred * 1e3:.1f} ms")
-    print(json.dumps({"nccl_wire_ratio": round(wire, 3), "nccl_class_share": round(share, 4),
+    print(json.dumps({"nccl_wire_ratio": round(wire["fast"], 3),
+                      "nccl_wire_ratio_exact": round(wire["exact"], 3),
+                      "nccl_class_share": round(share["fast"], 4),
                       "iteration_error": round(abs(mean - pred) / pred, 3), "gpus": len(gpus)}))  # fmt: skip
     return 0
 

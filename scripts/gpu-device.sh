@@ -7,8 +7,9 @@
 #                                        device image lacks (it cannot reach a package index)
 #   then, with the device tool (timeout_s 590; about 7 minutes, the machine's start on top):
 #     run  command: bash scripts/gpu-device.sh check all      carry: [".gpu-carry"]
-#   `check ddp`, `check horovod` (with the anchor beside its build), `check anchor` and
-#   `check extras` run one part each.
+#   `check ddp`, `check horovod` (with the anchor beside its build), `check anchor`,
+#   `check extras` and `check links` (benchmarks/linkrate.py and NCCL through each link_mode)
+#   run one part each.
 #
 # The device image (/work/.library/device/KINDS.md): python3 is 3.12 with torch 2.11+cu130,
 # NCCL (nvidia-nccl-cu13), torchvision, cmake, nvcc 13.0 and pytest; no Docker, no Prometheus,
@@ -63,6 +64,12 @@ EOF
     cp -L "$lib/$l" "$ipt/lib/" || die "no $lib/$l here"
   done
   cp -r "$lib/xtables" "$ipt/xtables"
+  # iperf3 (benchmarks/linkrate.py) and the libraries it links, used where the image has none
+  mkdir -p "$carry/iperf3/lib"
+  cp /usr/bin/iperf3 "$carry/iperf3/" || die "no /usr/bin/iperf3 here (apt-get install iperf3)"
+  for l in libiperf.so.0 libsctp.so.1 libcrypto.so.3; do
+    cp -L "$lib/$l" "$carry/iperf3/lib/" || die "no $lib/$l here"
+  done
   du -sh "$carry"
   echo "carry .gpu-carry (the device call's tree may hold 64 MiB in all)"
 }
@@ -82,6 +89,17 @@ use_iptables() {
       break
     done
     iptables -w -t mangle -S >/dev/null || echo "iptables mangle: FAILS (the image's and the carried)"
+  fi
+}
+
+use_iperf3() {
+  if iperf3 --version >/dev/null 2>&1; then
+    echo "iperf3: ok (the image's)"
+  else
+    printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' \
+      "$carry/iperf3/lib" "$carry/iperf3/iperf3" > /usr/local/bin/iperf3
+    chmod +x /usr/local/bin/iperf3 && hash -r
+    iperf3 --version | head -1 || echo "iperf3: FAILS (the carried one)"
   fi
 }
 
@@ -105,6 +123,7 @@ EOF
   for b in setpriv nsenter iptables; do printf '%s: %s\n' "$b" "$(command -v $b || echo MISSING)"; done
   # the training's DSCP rule: iptables with the kernel's owner match and DSCP target
   use_iptables
+  use_iperf3
   echo "== install (no index: the carried wheels, then testbed from this tree)"
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "$carry"/whl/*.whl \
     || die "pip could not install the carried wheels"
@@ -188,6 +207,21 @@ if not 0.85 <= r <= 1.0:
     sys.exit(f"gpu-device.sh: the bulk all-reduce used {r} of the 10 Gbit/s cap (wanted 0.85 to 1)")'
 }
 
+check_links() {
+  # issue 33: shaped links at the machine's speed, each link_mode beside the bare veth path,
+  # then NCCL's bulk all-reduce through a shaped 10 Gbit/s link in each mode
+  echo "== benchmarks/linkrate.py at 10 and 25 Gbit/s"
+  step 60 python3 benchmarks/linkrate.py --rates 10,25 --rounds 1 --seconds 4 --no-checks \
+    | tee "$OUT/linkrate.txt"
+  echo "== benchmarks/gpu.py --short"
+  step 60 python3 benchmarks/gpu.py --short | tee "$OUT/gpu-bench.txt"
+  tail -n1 "$OUT/gpu-bench.txt" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["nccl_wire_ratio"]
+if not 0.85 <= r <= 1.0:
+    sys.exit(f"gpu-device.sh: the bulk all-reduce used {r} of the 10 Gbit/s cap (wanted 0.85 to 1)")'
+}
+
 check_anchor() {
   echo "== benchmarks/gpu_anchor.py: NCCL over loopback, no testbed"
   step 30 python3 benchmarks/gpu_anchor.py | tee "$OUT/gpu-anchor.txt"
@@ -263,8 +297,9 @@ case "${1:-}" in
                  check_horovod /tmp/horovod-wheel || rc=$? ;;
         anchor) check_anchor || rc=$? ;;
         extras) check_extras || rc=$? ;;
+        links) check_links || rc=$? ;;
         all) check_all || rc=$? ;;
-        *) die "check what? ddp, horovod, anchor, extras or all" ;;
+        *) die "check what? ddp, horovod, anchor, extras, links or all" ;;
       esac
       echo "== check $what: rc $rc, ${SECONDS}s"
       exit $rc

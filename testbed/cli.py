@@ -250,7 +250,8 @@ def up(
     )
     with Progress(*columns, console=err_console, transient=False) as progress:
         ui = RichUI(progress)
-        result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s)
+        s, link_budget = budget_for(s, ui.phase)
+        result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s, link_budget=link_budget)
         ui.done()
     run_dir = shown(result.run_dir)
     from testbed import report as rp
@@ -266,6 +267,21 @@ def up(
         _expectations(s, run_dir, result.summary, junit)
     elif junit is not None:
         _write_junit(junit, [], s.name, run_dir)
+
+
+def budget_for(s: Any, progress: Callable[[str], None]) -> tuple[Any, Any]:
+    """This machine's link budget for the scenario's link mode (measured once per boot, as
+    root), and the scenario with `time_scale: auto` resolved by it."""
+    from testbed import budget_probe
+    from testbed.preflight import require_root
+
+    require_root("testbed up")
+    fitted, b = budget_probe.for_run(s, progress)
+    if s.time_scale == "auto":
+        logging.getLogger("testbed").info(
+            "time_scale: auto → %g (the link budget, docs/time-dilation.md)", fitted.time_scale
+        )
+    return fitted, b
 
 
 def shown(path: Path) -> Path:
@@ -693,7 +709,8 @@ def sweep(
         return
 
     def run_one(scenario: Any, folder: Path, point_ui: Any) -> dict[str, Any]:
-        result = run(scenario, out=folder, ui=point_ui)
+        scenario, link_budget = budget_for(scenario, point_ui.phase)
+        result = run(scenario, out=folder, ui=point_ui, link_budget=link_budget)
         if plots:
             _plots_after_run(folder)
         return result.summary
@@ -723,7 +740,6 @@ def _sweep_done(spec: Any, points: list[Any], outcomes: list[Any], out: Path) ->
 def _print_dry_run(spec: Any, points: list[Any]) -> None:
     """Each point's length on this machine's clock, and what its instances plan to measure
     (a kind's report module may say, through `planned`: web-search counts its flows)."""
-    from testbed.dilation import wall_duration
     from testbed.workloads import kinds
     from testbed.workloads.registry import load
 
@@ -747,9 +763,10 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
         cell = cells.setdefault(tuple(v for k, v in p.labels.items() if k != "seed"), {})
         for c, n in counts.items():
             cell[c] = cell.get(c, 0) + n
-        real = wall_duration(p.scenario)  # a dilated run takes time_scale × its duration
-        total_s += real
-        t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", _fmt_duration(real),
+        real = _real_time(p.scenario)  # a dilated run takes time_scale × its duration
+        total_s += real or 0.0
+        shown_real = _fmt_duration(real) if real is not None else "auto: at the run"
+        t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", shown_real,
                   *(str(counts.get(c, "–")) for c in columns))  # fmt: skip
     Console().print(t)
     for c in columns:  # the thinnest cell of each count, over its seeds
@@ -762,6 +779,20 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
         f"{_fmt_duration(total_s)} of run time on this machine's clock in all (setup, drain "
         "and teardown come on top)"
     )
+
+
+def _real_time(s: Any) -> float | None:
+    """A point's run time on this machine's clock; `time_scale: auto` by the link budget kept
+    since this boot (None: not measured yet, so not known until the point runs)."""
+    from testbed import budget
+    from testbed.dilation import wall_duration
+
+    if s.time_scale == "auto":
+        b = budget.cached(s.topology.link_mode)
+        if b is None:
+            return None
+        s = budget.with_fitting_scale(s, b)
+    return wall_duration(s)
 
 
 @main.command("cluster")

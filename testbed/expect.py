@@ -51,6 +51,15 @@ CORE: dict[str, Any] = {
     "tcp_segment_bytes": "B",
     "tcp": dict.fromkeys(tcpstats.WANTED.values(), "1"),  # counts, one name per counter read
     "teardown_s": "wall",
+    "link_budget": {  # budget.py: null where no budget was given (a run not from up or sweep)
+        "one_flow_bps": "bps",
+        "all_flows_bps": "bps",
+        "demand_one_flow_bps": "bps",
+        "demand_all_flows_bps": "bps",
+        "hosts": "1",
+        "load": "1",
+        "fitting_time_scale": "1",
+    },
     "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
     "window": {
         "warmup_s": "s",

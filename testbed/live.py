@@ -176,7 +176,9 @@ class LiveRun:
         """Every link direction's queueing, recorded before it exists."""
         self._phase("shaping links", "shaping")
         t = self.s.topology
-        spec = LinkSpec(t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit, t.mtu)
+        spec = LinkSpec(
+            t.link_rate, t.delay, t.jitter, t.loss, t.queue_limit, t.mtu, t.link_mode == "fast"
+        )
         self.plans = plan_links(self.topo.link_ends(), spec, self.s.tc_profile, netem)
         self.state.record(
             *(
@@ -304,6 +306,7 @@ class LiveRun:
             "tcp_rcvbuf_bytes": s.topology.tcp_rcvbuf,  # None: the machine's autotuning
             "tcp_sndbuf_bytes": s.topology.tcp_sndbuf,  # None: the machine's autotuning
             "tcp_segment_bytes": s.topology.tcp_segment,  # None: the MTU's
+            "link_mode": s.topology.link_mode,
             "started_at": m.window.t0,
             "window": {**m.window.summary(), "edges_late_s": m.late_edges},
             "host_cpu": m.host_cpu,
@@ -316,7 +319,8 @@ class LiveRun:
             "workloads": {w.name: w.kind for w in self.workloads},
             **m.sections,
         }  # fmt: skip
-        for msg in over_cap(summary["links"], w1[0] - w0[0]):
+        largest = max((p.largest_packet for p in self.plans), default=0)
+        for msg in over_cap(summary["links"], w1[0] - w0[0], largest):
             self._warn(msg)
         queries = [q for w in self.workloads for q in w.metric_queries(m.sections[w.name])]
         summary["metrics"] = self.metrics.section(summary, queries)

@@ -20,7 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testbed import dilation, expect, preflight
+from testbed import budget, dilation, expect, preflight
+from testbed.budget import Budget
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.live import UI, LiveRun, QuietUI, devices
 from testbed.namespaces import NETNS_DIR
@@ -186,24 +187,37 @@ def run(
     run_id: str | None = None,
     ui: UI | None = None,
     hold: float | None = None,
+    link_budget: Budget | None = None,
 ) -> RunResult:
     """One run. `hold` (seconds, math.inf for until a signal): after the workloads, or at once
-    when there are none, keep the network up for the user's own tools (`testbed exec`)."""
+    when there are none, keep the network up for the user's own tools (`testbed exec`).
+    `link_budget`: this machine's (budget_probe.py; `up` and `sweep` measure it): the run
+    warns when the scenario asks more, records `link_budget`, and resolves `time_scale:
+    auto`; without it the summary's `link_budget` is null."""
     ui = ui or QuietUI()
+    if link_budget is not None:
+        s = budget.with_fitting_scale(s, link_budget)
+    if s.time_scale == "auto":
+        raise ScenarioError(
+            "time_scale: auto needs this machine's link budget: `testbed up` and `testbed "
+            "sweep` measure it (or give a number)"
+        )
     with signals_flag() as stop:
         s, c = prepare(s, out, run_id)
         try:
-            return _claimed(s, c, ui, stop, hold)
+            return _claimed(s, c, ui, stop, hold, link_budget)
         finally:
             with signals_ignored():
                 c.release()
 
 
-def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) -> RunResult:
+def _claimed(
+    s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None, b: Budget | None
+) -> RunResult:
     """`s` is the scenario in its own units; the machine runs its dilated twin (`wall`, the
     same when time_scale is 1) and the summary and records come back in scenario time."""
     state, run_id, run_dir = c.state, c.state.run_id, c.run_dir
-    k = s.time_scale
+    k = float(s.time_scale)
     wall = wall_scenario(s)
 
     def progress(line: str) -> None:
@@ -217,6 +231,9 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
     caps = preflight.kernel_capabilities(state)
     stop.check()
     warnings: list[str] = preflight.check_workloads(s)
+    fit = budget.assess(s, b) if b is not None else None
+    if fit is not None and (w := budget.warning(s, fit)):
+        warnings.append(w)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.yaml").write_text(dump_scenario(s))
     handler = _attach_log(run_dir)
@@ -245,7 +262,8 @@ def _claimed(s: Scenario, c: Claim, ui: UI, stop: StopFlag, hold: float | None) 
         with signals_ignored():
             problems, t_teardown = _teardown(state, ui)
     summary = _in_scenario_time(s, result.summary, run_id, run_dir)
-    summary.update(status=status, error=error, warnings=warnings, teardown_s=round(t_teardown, 3))
+    summary.update(status=status, error=error, warnings=warnings, teardown_s=round(t_teardown, 3),
+                   link_budget=fit)  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     logging.getLogger("testbed").removeHandler(handler)
     handler.close()

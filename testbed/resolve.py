@@ -125,7 +125,7 @@ def _check_dilation(s: Scenario) -> None:
     scenario in wall-clock units (a dilated delay, drain or interval beyond its field's limit
     is refused here, naming time_scale, not at run time)."""
     k = s.time_scale
-    if k == 1:
+    if k == 1 or k == "auto":  # auto: resolved with the machine's link budget (budget.py)
         return
     t = s.topology
     rates = {"host links": t.link_rate}

@@ -69,6 +69,37 @@ Prefix = Annotated[
 _FieldError = FieldProblem
 
 
+def _time_scale(v: Any) -> float | str:
+    """A number K > 0 (at most a million), or "auto" (budget.py resolves it before a run)."""
+    if v == "auto":
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ValueError(f"must be a number (e.g. 100) or auto, got {v!r}")
+    try:
+        k = float(v)
+    except ValueError:
+        raise ValueError(f"must be a number (e.g. 100) or auto, got {v!r}") from None
+    if not k > 0:
+        raise ValueError(f"must be > 0 (or auto), got {v!r}")
+    if k > 1_000_000:
+        raise ValueError(f"must be ≤ 1000000 (or auto), got {v!r}")
+    return k
+
+
+TimeScale = Annotated[
+    float | Literal["auto"],
+    BeforeValidator(_time_scale),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000},
+                {"const": "auto"},
+            ]
+        }
+    ),
+]
+
+
 class Topology(BaseModel):
     """The switches, hosts and links; every link is shaped in both directions.
 
@@ -123,6 +154,15 @@ class Topology(BaseModel):
         le=9216,
         description="MTU of every data link, in bytes (9000: jumbo frames, a sixth of the "
         "packets per second); the management network keeps 1500",
+    )
+    link_mode: Literal["exact", "fast"] = Field(
+        "exact",
+        description="exact: every queue sees wire-size frames (segmentation offloads off), "
+        "limits count frames, a frame waits behind at most one lower-class frame (1.2 µs at "
+        "10 Gbit/s); this machine's CPU bounds the rate (docs/network.md). fast: TCP's "
+        "segments stay whole from sender to receiver (offloads on): queues hold packets of up "
+        "to 64 KB, limits count bytes (limit × frame), a packet may wait behind a 64 KB one "
+        "(52 µs at 10 Gbit/s); for links of several Gbit/s. The summary records which ran",
     )
     tcp: str = Field(
         TCP_RENO,
@@ -296,6 +336,7 @@ class Measure(BaseModel):
 RESERVED_NAMES = frozenset({
     "scenario", "run_id", "runtime", "duration_s", "seed", "tc_profile", "topology",
     "tcp_congestion", "tcp_rto_min_s", "tcp_rcvbuf_bytes", "tcp_sndbuf_bytes", "tcp_segment_bytes",
+    "link_mode", "link_budget",
     "tcp", "queues", "started_at", "window",
     "host_cpu", "setup_s", "drain_s", "links",
     "metrics", "status", "error", "warnings", "teardown_s", "hold", "time_scale", "wall",
@@ -475,13 +516,13 @@ class Scenario(BaseModel):
         le=7 * 24 * 3600,
         description="how long the workloads run, from their common start t0 (scenario time)",
     )
-    time_scale: float = Field(
+    time_scale: TimeScale = Field(
         1.0,
-        gt=0,
-        le=1_000_000,
         description="time dilation K: the scenario is written in the real network's units "
         "and runs K times slower (link rates / K; compute, arrivals, duration, window and delay "
-        "in K-times-slower time; sizes kept); every reported figure is in scenario time",
+        "in K-times-slower time; sizes kept); every reported figure is in scenario time. "
+        "auto: the smallest whole K at which the scenario's peak demand fits what this "
+        "machine's links carry (its link budget; 1 when it fits in real time)",
     )
     measure: Measure = Field(
         default_factory=Measure, description="the measured window inside the run, and the drain"

@@ -158,6 +158,11 @@ def _slug(values: list[str]) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-")[:80]
 
 
+# Fields added after sweeps had run, whose default is what every run did before they existed:
+# left out of a point's identity at that default, so that a finished point stays finished.
+LATER_FIELDS: dict[tuple[str, ...], Any] = {("topology", "link_mode"): "exact"}
+
+
 def identity_of(s: Scenario) -> str:
     """What makes two runs the same run: the resolved scenario without its name and
     description, with files (a flow-size CSV, a layer profile) by content, not by path, so
@@ -165,6 +170,12 @@ def identity_of(s: Scenario) -> str:
     data = s.model_dump(mode="json")
     data.pop("name", None)
     data.pop("description", None)
+    for (*parents, key), default in LATER_FIELDS.items():
+        node = data
+        for p in parents:
+            node = node.get(p, {})
+        if node.get(key, default) == default:
+            node.pop(key, None)
     for name, instance in s.workloads.items():
         w = data["workloads"][name]
         for field_name in kinds.get(instance.kind).files:

@@ -178,6 +178,7 @@ class TopologyPlan:
     tcp_sndbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
     tcp_advmss: int | None = None  # the MSS every host advertises on its data routes; None: MTU's
     mtu: int = 1500  # every data link; the management network keeps 1500
+    fast: bool = False  # topology.link_mode: fast (offloads on, TCP's segments stay whole)
 
     @property
     def namespaces(self) -> list[str]:
@@ -452,6 +453,7 @@ def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
         plan,
         tcp_congestion=tcp,
         mtu=s.topology.mtu,
+        fast=s.topology.link_mode == "fast",
         tcp_rto_min_us=round(rto * 1e6) if rto is not None else None,
         tcp_rcvbuf=s.topology.tcp_rcvbuf,
         tcp_sndbuf=s.topology.tcp_sndbuf,

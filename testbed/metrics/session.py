@@ -16,11 +16,13 @@ from testbed.metrics.exporters import QdiscCollector, orchestrator_exporter
 from testbed.metrics.prometheus import ExternalTargets, Prometheus, cross_check
 from testbed.scenario import Scenario
 from testbed.shaping.plan import InterfacePlan
+from testbed.shaping.stats import frames_queued
 from testbed.topology import TopologyPlan
 
 log = logging.getLogger(__name__)
-# backlog: bytes queued at the sample; queued: packets queued (a port's bands together against
-# a shared limit, as the thesis' ns-3 port has: docs/network.md)
+# backlog: bytes queued at the sample; queued: frames queued, i.e. packets, or on fast links the
+# backlog over the frame size (a port's bands together against a shared limit, as the thesis'
+# ns-3 port has: docs/network.md)
 LINK_FIELDS = [
     "time", "node", "direction", "class", "bytes", "packets", "drops", "backlog", "queued",
 ]  # fmt: skip
@@ -117,14 +119,13 @@ class MetricsSession:
             )
             self._rates_set = True
         rows = []
-        for i, per_class in enumerate(counters):
-            self._queued.append((t, i, sum(c.get("qlen", 0) for c in per_class.values())))
-        for p, per_class in zip(plans, counters, strict=True):
+        for i, (p, per_class) in enumerate(zip(plans, counters, strict=True)):
+            self._queued.append((t, i, sum(frames_queued(p, c) for c in per_class.values())))
             for name, c in per_class.items():
                 lab = {"node": p.end.node, "direction": p.end.direction, "class": name}
                 rows.append((lab, c))
                 self._csv.writerow([f"{t:.3f}", p.end.node, p.end.direction, name, c["bytes"], c["packets"],
-                                    c["drops"], c["backlog"], c.get("qlen", 0)])  # fmt: skip
+                                    c["drops"], c["backlog"], frames_queued(p, c)])  # fmt: skip
         if self.collector is not None:
             self.collector.update(rows)
 

@@ -22,6 +22,7 @@ from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 from testbed import netlink as nl
 from testbed.errors import RunFailure
 from testbed.namespaces import NETNS_DIR, inside, write_sysctl
+from testbed.shaping.plan import segments_per_packet
 from testbed.shaping.stats import ClassReader
 from testbed.state import RunState
 from testbed.topology import (
@@ -49,6 +50,9 @@ OFFLOADS_OFF = (
     "rx-gro-list",
     "rx-udp-gro-forwarding",
 )
+# link_mode: fast keeps TCP's segments whole from the sender's stack to the receiver's; only
+# receive-side coalescing stays off, which would make packets larger than the sender made them
+RX_COALESCING = ("rx-gro", "rx-gro-list", "rx-udp-gro-forwarding")
 
 
 class _Ethtool(IoctlEthtool):
@@ -63,7 +67,9 @@ class _Ethtool(IoctlEthtool):
         return self._strings[set_id]
 
 
-def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
+def disable_offloads(
+    ns: str | None, ifnames: Sequence[str], names: Sequence[str] = OFFLOADS_OFF
+) -> None:
     """Through pyroute2's ioctl half of ethtool, on one socket made inside `ns`: its `Ethtool`
     also sets up a generic-netlink socket, milliseconds per call, for nothing used here."""
     with inside(ns):
@@ -74,7 +80,7 @@ def disable_offloads(ns: str | None, ifnames: Sequence[str]) -> None:
             feats = et.get_features()
             off = [
                 name
-                for name in OFFLOADS_OFF
+                for name in names
                 if name in feats and feats.is_available(name) and feats.is_active(name)
             ]
             for name in off:
@@ -185,12 +191,13 @@ class Network:
         finally:
             for fd in fds.values():
                 os.close(fd)
+        off = RX_COALESCING if p.fast else OFFLOADS_OFF
         for sw in p.switches:
             ports = [lk.b.ifname for lk in p.links if lk.b.node == sw.name]
             ports += [lk.a.ifname for lk in p.links if lk.a.node == sw.name]
-            disable_offloads(sw.netns, ports)
+            disable_offloads(sw.netns, ports, off)
         for h in p.hosts:
-            disable_offloads(h.netns, [h.data_if])
+            disable_offloads(h.netns, [h.data_if], off)
             if p.tcp_congestion is not None:  # per namespace; new ones copy the machine's
                 write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", p.tcp_congestion)
             if p.tcp_rto_min_us is not None:  # per namespace (preflight checked it exists)
@@ -227,8 +234,8 @@ class Network:
     def _build_link(self, lk: Link, a: nl.Batch, b: nl.Batch, fds: dict[str | None, int]) -> None:
         """A host link is made in its switch (the port joins the bridge as it is created),
         with the host's end placed in the host, where the ifb that holds its uplink queue is
-        made too (its eth0 hands TCP one segment per packet, so that queue holds packets:
-        topology.Link); a fabric link in its leaf."""
+        made too (its eth0 hands TCP one segment per packet, so that queue holds frames:
+        topology.Link; on fast links up to segments_per_packet); a fabric link in its leaf."""
         mtu = self.plan.mtu if self.plan.mtu != 1500 else None  # else the kernel default
         if lk.tier == "host":
             b.add(
@@ -240,7 +247,9 @@ class Network:
                     fds[lk.a.netns],
                     IF_BRIDGE,
                     mtu,
-                    peer_gso_max_segs=1,
+                    peer_gso_max_segs=(
+                        segments_per_packet(lk.rate_bps, self.plan.mtu) if self.plan.fast else 1
+                    ),
                 ),
                 f"veth {lk.b.ifname} to {lk.a.node}",
             )

@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterable
 from functools import cache
 
 from pyroute2 import IPBatch, IPRoute, protocols
+from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
 
 from testbed import netlink as nl
 from testbed.shaping.plan import (
+    ByteFifo,
     Clsact,
     DscpFilter,
     Fifo,
@@ -24,6 +26,8 @@ from testbed.shaping.plan import (
 )
 
 CLSACT_EGRESS = "ffff:fff3"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
+# pyroute2 knows no bfifo; its options are pfifo's (struct tc_fifo_qopt: one limit, in bytes)
+plugins.setdefault("bfifo", sched_pfifo)
 
 
 def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
@@ -49,6 +53,10 @@ def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
         case Fifo():
             ipr.tc(
                 "add", "pfifo", index=index, handle=obj.handle, parent=obj.parent, limit=obj.limit
+            )
+        case ByteFifo():
+            ipr.tc(
+                "add", "bfifo", index=index, handle=obj.handle, parent=obj.parent, limit=obj.limit
             )
         case Netem():
             kw: dict[str, float | int] = {"limit": obj.limit}

@@ -128,25 +128,34 @@ def parse_stats(attrs: bytes) -> dict[str, int]:
     return c
 
 
-# the largest frame a queue hands on at once (jumbo MTU plus Ethernet header), twice: one a
-# token bucket always lets through, one at each edge of the window
-FRAME_SLACK_BYTES = 2 * (9000 + 14)
+def frames_queued(plan: InterfacePlan, c: dict[str, int]) -> int:
+    """What a class holds, in frames: its packets, or on a fast link (packets of up to
+    64 KB) its bytes over the frame size, rounded up."""
+    if plan.fast:
+        return -(-c.get("backlog", 0) // plan.frame_bytes)
+    return c.get("qlen", 0)
+
+
+# the largest frame a queue hands on at once (jumbo MTU plus Ethernet header): twice that,
+# one a token bucket always lets through, one at each edge of the window
+LARGEST_FRAME = 9000 + 14
 # a snapshot reads every link's counters one after another under one timestamp, so a link read
 # late in it counts up to that many ms more (tens of ms on hundreds of links): 1 % of the window
 READ_SLACK = 0.01
 
 
-def over_cap(links: list[dict[str, Any]], span: float) -> list[str]:
+def over_cap(links: list[dict[str, Any]], span: float, packet: int = LARGEST_FRAME) -> list[str]:
     """The link directions whose classes together carried more than the cap over the window
     (`links` as the summary has them, rate_bps over `span` seconds): then the shaping itself is
-    off, not the workload. A token bucket may add its burst and a frame or two to rate × span,
-    and the counters' reads their lag (READ_SLACK): a shaper that lets 4 % through too many,
-    as a 1 ms burst did, is caught."""
+    off, not the workload. A token bucket may add its burst and a packet or two (`packet`: the
+    largest, in bytes; fast links hold up to 64 KB) to rate × span, and the counters' reads
+    their lag (READ_SLACK): a shaper that lets 4 % through too many, as a 1 ms burst did, is
+    caught."""
     out = []
     for x in links:
         moved = sum((c.get("rate_bps") or 0) for c in x["classes"].values()) * span / 8
         cap = (1 + READ_SLACK) * x["rate_bps"] * span / 8 + burst_bytes(x["rate_bps"])
-        cap += FRAME_SLACK_BYTES
+        cap += 2 * max(packet, LARGEST_FRAME)
         if span > 0 and moved > cap:
             out.append(
                 f"link {x['from']} -> {x['to']} carried {moved * 8 / span / 1e6:.2f} Mbit/s over "

@@ -16,24 +16,28 @@ from .helpers import (
     run_until,
 )
 
+MODES = ["exact", "fast"]  # topology.link_mode: every queue test holds in both
 
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("rate", [10_000_000, 100_000_000])
-def test_capped_link_measures_the_cap(tmp_path, rate):
+def test_capped_link_measures_the_cap(tmp_path, rate, mode):
     """One bulk flow fills its link. A queue of 100 packets (12 ms at 100 Mbit/s, 120 ms at
     10): with the default 1000 (1.2 s at 10 Mbit/s) slow start overshoots by hundreds of
     packets, and their retransmission over round trips of a second cost one CI run 12 % of a
-    6 s flow's goodput (8.83 Mbit/s) while the wire stayed full."""
+    6 s flow's goodput (8.83 Mbit/s) while the wire stayed full. In fast mode the 100 Mbit/s
+    link takes packets of 10 frames (1.25 ms), the 10 Mbit/s one single frames."""
     s = run_until(
         tmp_path,
         {
             "duration": "6s",
-            "topology": {"hosts": 2, "link_rate": rate, "queue_limit": 100},
+            "topology": {"hosts": 2, "link_rate": rate, "queue_limit": 100, "link_mode": mode},
             "tc_profile": "fifo",
             "workloads": {"linkcheck": {"pattern": "single", "short": False}},
         },
         lambda s: link(s, "h1", "up")["classes"]["be"]["rate_bps"] >= 0.95 * rate,
     )
-    assert s["status"] == "ok"
+    assert s["status"] == "ok" and s["link_mode"] == mode
     up = link(s, "h1", "up")["classes"]["be"]
     wire = up["rate_bps"]
     assert wire <= 1.05 * rate, f"uplink carried {wire / 1e6:.2f} Mbit/s"
@@ -97,13 +101,14 @@ def test_downlink_is_shaped(tmp_path):
     rate_at_least(wire, 0.95 * rate, s, "h1's downlink")
 
 
-def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path, mode):
     rate = 50_000_000
     s = run_until(
         tmp_path,
         {
             "duration": "6s",
-            "topology": {"hosts": 2, "link_rate": rate},
+            "topology": {"hosts": 2, "link_rate": rate, "link_mode": mode},
             "tc_profile": "thesis-2band",
             "workloads": {
                 "linkcheck": {"pattern": "single", "bulk_classes": ["high", "low"], "short": False}
@@ -232,17 +237,23 @@ def test_web_search_acks_land_in_their_own_class(tmp_path, ack_class):
             assert 0.01 * high < middle < 0.1 * high, entry
 
 
-def test_short_transfers_in_high_class_bypass_a_backlogged_low_class(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_short_transfers_in_high_class_bypass_a_backlogged_low_class(tmp_path, mode):
+    """Each host asks the other for 10 KB every 100 ms in the high class while a low-class
+    bulk flow fills each uplink (a ring of two), so the responses leave behind full low
+    queues. With the bands' priorities reversed (low first) the responses get
+    the high class's guaranteed 1 % (200 kbit/s: 0.4 s for 10 KB); with one bulk flow h1 → h2
+    only, as this test once had, the responses crossed idle links and passed reversed too."""
     rate = 20_000_000
     s = run_scenario(
         tmp_path,
         {
             "duration": "5s",
-            "topology": {"hosts": 2, "link_rate": rate},
+            "topology": {"hosts": 2, "link_rate": rate, "link_mode": mode},
             "tc_profile": "thesis-2band",
             "workloads": {
                 "linkcheck": {
-                    "pattern": "single",
+                    "pattern": "ring",
                     "bulk_classes": ["low"],
                     "short_class": "high",
                     "short_size": "10KB",
@@ -253,8 +264,17 @@ def test_short_transfers_in_high_class_bypass_a_backlogged_low_class(tmp_path):
     )
     sh = s["linkcheck"]["short"]
     assert sh["completed"] == sh["started"] >= 30
-    down = link(s, "h1", "down")["classes"]  # responses flow h2 → h1
-    assert down["high"]["bytes"] >= sh["completed"] * 10_000
+    # each host asks the other (a ring of two), so the responses leave by both uplinks, each
+    # beside its host's own bulk flow, whose queue builds there (the downlink after it holds
+    # a packet or two: the uplink already paces the flow to the link rate); 100 frames are
+    # 60 ms at 20 Mbit/s, what a response would wait behind them
+    ups = [link(s, h, "up")["classes"] for h in ("h1", "h2")]
+    assert sum(u["high"]["bytes"] for u in ups) >= sh["completed"] * 10_000
+    w = s["window"]
+    for h in ("h1", "h2"):
+        deepest = max(n for t, n in queued(last_run(tmp_path), h, "up", "low")
+                      if w["start"] <= t <= w["stop"])  # fmt: skip
+        assert deepest >= 100, f"{h}'s low queue held at most {deepest} frames in the window"
     # 10 KB at 20 Mbit/s is 4 ms on the wire; behind a full 1000-packet low FIFO it would be ~600 ms
     time_at_most(sh["fct_s"]["p50"], 0.05, s, "the short transfers' median completion time")
 
@@ -277,24 +297,26 @@ def queued(run: Path, node: str, direction: str, cls: str) -> list[tuple[float, 
         ]  # fmt: skip
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
     ("pattern", "node", "direction"), [("incast", "h1", "down"), ("outcast", "h1", "up")]
 )
 def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
-    tmp_path, pattern, node, direction
+    tmp_path, pattern, node, direction, mode
 ):
     """Three Reno flows share one 1000-packet FIFO: into h1 (its downlink, the switch port) or
     out of h1 (its uplink). Reno grows its window until the queue overflows, so the queue must
-    reach its limit and drop, in packets of at most one frame each (docs/network.md). Broken
-    looks like: each sender held to a millisecond or so of its rate in the queue by TCP Small
-    Queues (the packets still charged to their sockets: ~190 packets, no drop in 14 s), or the
-    uplink queue holding TCP's segmentation batches (6 "packets" of 46 KB, no drop)."""
+    reach its limit and drop: 1000 frames, in packets of one frame each (exact) or in bytes
+    (fast: a bfifo of 1000 × 1514 B; docs/network.md). Broken looks like: each sender held to
+    a millisecond or so of its rate in the queue by TCP Small Queues (the packets still
+    charged to their sockets: ~190 packets, no drop in 14 s), or the uplink queue holding TCP's
+    segmentation batches (6 "packets" of 46 KB, no drop)."""
     rate = 50_000_000
     s = run_scenario(
         tmp_path,
         {
             "duration": "8s",
-            "topology": {"hosts": 4, "link_rate": rate},
+            "topology": {"hosts": 4, "link_rate": rate, "link_mode": mode},
             "tc_profile": "fifo",
             "workloads": {"linkcheck": {"pattern": pattern, "short": False}},
         },
@@ -304,7 +326,7 @@ def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
     frame = 1514
     most = max(backlogs(tmp_path / "run", node, direction))
     assert most >= 0.8 * 1000 * frame, f"the queue held at most {most / frame:.0f} frames"
-    assert most <= 1000 * frame, f"{most} bytes queued in 1000 packets: more than a frame each"
+    assert most <= 1000 * frame, f"{most} bytes queued: more than 1000 frames"
     # one class alone never holds more than its limit; its queue counted in packets too
     q = s["queues"]
     assert q["samples_over_limit"] == 0 and 800 <= q["max_packets"] <= 1000, q

@@ -116,7 +116,8 @@ LAYERS: list[tuple[str, list[str]]] = [
                              "testbed.workloads.kinds", "testbed.workloads.flows",
                              "testbed.workloads.*"]),  # specs and node programs
     ("the scenario", ["testbed.scenario", "testbed.topology", "testbed.expect",
-                      "testbed.dilation", "testbed.reference", "testbed.resolve"]),
+                      "testbed.dilation", "testbed.reference", "testbed.resolve",
+                      "testbed.budget"]),
     ("the network", ["testbed.shaping", "testbed.shaping.*", "testbed.runtime", "testbed.runtime.*",
                      "testbed.images", "testbed.metrics.*", "testbed.preflight"]),
     ("workloads running", ["testbed.workloads.controller", "testbed.workloads.procs",
@@ -126,7 +127,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                            "testbed.workloads.training.horovod", "testbed.workloads.training.gpus",
                            "testbed.runs"]),
     ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian",
-                        "testbed.access"]),
+                        "testbed.access", "testbed.budget_probe"]),
     ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate", "testbed.swarm",
                  "testbed.swarm.*"]),
     ("the command", ["testbed.cli"]),

@@ -50,3 +50,20 @@ def test_a_link_that_carried_more_than_its_cap_makes_a_warning():
     assert over_cap([link(60e6, 41e6)], 10.0) == []
     (msg,) = over_cap([link(60e6, 41.1e6)], 10.0)
     assert "h1 -> sw carried 101.10 Mbit/s" in msg and "cap of 100 Mbit/s" in msg
+
+
+def test_a_fast_link_may_add_two_of_its_packets_not_more():
+    """link_mode: fast hands on packets of up to 43 frames (65,102 B): two of them over 10 s
+    at 100 Mbit/s is 0.104 Mbit/s more than two jumbo frames allow."""
+
+    def link(rate: float) -> dict:
+        return {
+            "from": "h1",
+            "to": "sw",
+            "rate_bps": 100_000_000,
+            "classes": {"be": {"rate_bps": rate}},
+        }
+
+    assert over_cap([link(101.05e6)], 10.0) != []
+    assert over_cap([link(101.05e6)], 10.0, packet=43 * 1514) == []
+    assert over_cap([link(101.11e6)], 10.0, packet=43 * 1514) != []

@@ -3,6 +3,7 @@
 import pytest
 
 from testbed.shaping.plan import (
+    ByteFifo,
     Clsact,
     DscpFilter,
     Fifo,
@@ -12,9 +13,12 @@ from testbed.shaping.plan import (
     Netem,
     Redirect,
     burst_bytes,
+    packet_bytes,
     plan_interface,
+    segments_per_packet,
 )
 from testbed.shaping.profile import TcProfile, load_profile_data
+from testbed.shaping.stats import frames_queued
 from testbed.topology import LinkEnd
 
 END = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0")
@@ -146,3 +150,47 @@ def test_jumbo_frames_on_a_slow_link_are_called_out():
     assert any("topology.mtu" in n and "7.2 ms" in n for n in slow.notes), slow.notes
     for rate, mtu in ((10**7, 1500), (10**8, 9000)):
         assert not plan_interface(END, LinkSpec(rate, mtu=mtu), profile("fifo"), False).notes
+
+
+def test_a_fast_link_queues_the_same_bytes_with_limits_in_bytes():
+    """link_mode: fast: the same classes, each leaf a bfifo holding the profile's packets ×
+    the frame (1000 × 1514 B), so a queue holds as many bytes before it drops."""
+    exact = plan_interface(END, LinkSpec(10**10), profile("thesis-2band"), False)
+    fast = plan_interface(END, LinkSpec(10**10, fast=True), profile("thesis-2band"), False)
+    assert of(fast, HtbClass) == of(exact, HtbClass)
+    assert of(fast, DscpFilter) == of(exact, DscpFilter)
+    assert of(fast, Fifo) == []
+    assert of(fast, ByteFifo) == [
+        ByteFifo("10:", "1:10", 1_514_000),
+        ByteFifo("11:", "1:11", 1_514_000),
+    ]
+    jumbo = plan_interface(
+        END, LinkSpec(10**10, mtu=9000, queue_limit=50, fast=True), profile("fifo"), False
+    )
+    assert of(jumbo, ByteFifo) == [ByteFifo("10:", "1:10", 50 * 9014)]
+
+
+@pytest.mark.parametrize(
+    ("rate", "mtu", "segments"),
+    [
+        (10**10, 1500, 43),  # 64 KB: 65536 // 1514
+        (10**9, 1500, 43),  # 1.25 ms at 1 Gbit/s is 156 KB: 64 KB still bounds
+        (10**8, 1500, 10),  # 1.25 ms at 100 Mbit/s: 15,625 B
+        (10**7, 1500, 1),  # 1,562 B: one frame, as in exact mode
+        (10**10, 9000, 7),  # 65536 // 9014
+    ],
+)
+def test_a_fast_links_packets_stay_within_64KB_and_what_the_link_sends_in_1_25ms(
+    rate, mtu, segments
+):
+    assert segments_per_packet(rate, mtu) == segments
+    assert packet_bytes(rate, mtu, fast=True) == segments * (mtu + 14)
+    assert packet_bytes(rate, mtu) == mtu + 14
+
+
+def test_a_fast_queue_counts_frames_by_its_bytes():
+    fast = plan_interface(END, LinkSpec(10**10, fast=True), profile("fifo"), False)
+    exact = plan_interface(END, LinkSpec(10**10), profile("fifo"), False)
+    c = {"qlen": 3, "backlog": 3 * 43 * 1514 + 1}  # three 64 KB packets and a byte
+    assert frames_queued(fast, c) == 130
+    assert frames_queued(exact, c) == 3

@@ -290,3 +290,18 @@ def test_report_of_a_sweep_that_compares_nothing_lists_its_points(tmp_path):
     assert r.returncode == 0, r.stderr
     points = json.loads(r.stdout)["points"]
     assert [x["iteration_mean_s"] for x in points] == [0.25, 0.5]
+
+
+def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
+    """topology.link_mode came after sweeps had run: at its default (what every run did
+    before), a point's identity is the hash of the scenario without it, as it was then."""
+    import hashlib
+
+    s = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")
+    data = s.model_dump(mode="json")
+    for k in ("name", "description"):
+        data.pop(k, None)
+    del data["topology"]["link_mode"]
+    before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    assert sw.identity_of(s) == before
+    assert sw.identity_of(with_overrides(s, {"topology.link_mode": "fast"})) != before

@@ -1,0 +1,173 @@
+"""The machine's link budget: what its emulated links can carry, and whether a scenario asks
+for more (issue 33).
+
+A shaped link is only as fast as the CPU that moves its packets. Asked for more, it does not
+fail: it carries less than its rate, the queues that should fill at a port stay empty, and
+the results look plausible. Measured on a 2-core VM, incast in real time at rates the machine
+could not carry in aggregate showed no collapse at all, where the same scenario dilated showed
+the collapse of the literature. So every `testbed up` compares the scenario's peak demand
+with what the machine was measured to carry (budget_probe.py, once per boot and link mode):
+
+- one flow: a single host link at line rate, against what one TCP flow carried through two
+  shaped links of this machine;
+- all hosts: every host a workload uses sending at line rate at once (an all-reduce ring, an
+  incast's senders, web search's bursts at their worst), against what eight flows carried at
+  once (8 hosts in a ring).
+
+Both in wire bits per second of this machine's clock: the scenario's rates over time_scale.
+Where demand exceeds the budget the run warns, naming the time_scale that fits (K times the
+larger ratio, rounded up), and `link_budget` in the summary says so for `expect:`;
+`time_scale: auto` runs at that K (1 when it fits in real time). The budget is a measurement
+of a loaded path (two shapers, a bridge, TCP at both ends), so it is a guide, not a proof: the
+physics checks of each run still judge what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from testbed.resolve import with_overrides
+from testbed.state import STATE_DIR
+from testbed.units import format_rate
+from testbed.workloads import kinds
+
+if TYPE_CHECKING:
+    from testbed.scenario import Scenario
+
+BUDGET_CACHE = STATE_DIR / ".link-budget"  # no .json: all_states() reads those
+# Below this much wire rate in all (this machine's clock), a scenario is not worth the probe's
+# seconds: a 2-core VM carries 2.4 Gbit/s in one exact-mode flow (0.955 of a 2.5 Gbit/s cap)
+SURE_BPS = 1e9
+PROBE_VERSION = 1  # a testbed that measures differently measures again
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What this machine's shaped path carried, wire bits/s of its own clock, in one mode."""
+
+    mode: str  # topology.link_mode
+    one_flow_bps: float
+    all_flows_bps: float  # eight flows at once
+    flows: int = 8
+    probe_rate_bps: int = 0  # the links' rate in the probe: a budget that reached it is a floor
+
+
+@dataclass(frozen=True)
+class Demand:
+    one_flow_bps: float  # one host link at line rate, this machine's clock
+    all_flows_bps: float  # every host a workload uses, at line rate at once
+    hosts: int
+
+
+def demand(s: Scenario) -> Demand:
+    """The scenario's peak demand on the machine, in wall-clock bits/s (scenario rates / K).
+    A scenario without workloads (held for the user's tools) may use every host."""
+    every = [f"h{i + 1}" for i in range(s.topology.hosts)]
+    used: set[str] = set()
+    for w in s.workloads.values():
+        used |= kinds.get(w.kind).serving(w, every)
+    n = len(used) or len(every)
+    rate = s.topology.link_rate / float(s.time_scale)
+    return Demand(rate, n * rate, n)
+
+
+def needs_measuring(s: Scenario) -> bool:
+    """Whether a run of `s` must know the budget: it asks more than SURE_BPS of the machine,
+    or it asks for the budget itself (time_scale: auto, an expect: on link_budget)."""
+    if s.time_scale == "auto" or any(c.strip().startswith("link_budget") for c in s.expect):
+        return True
+    return demand(s).all_flows_bps > SURE_BPS
+
+
+def assess(s: Scenario, budget: Budget) -> dict[str, Any]:
+    """The summary's `link_budget` (scenario units: the budget times K, what the machine can
+    carry of this scenario at its time_scale), with `load` the larger demand/budget ratio
+    and `fitting_time_scale` the K at which the scenario fits."""
+    d = demand(s)
+    k = float(s.time_scale)
+    load = max(d.one_flow_bps / budget.one_flow_bps, d.all_flows_bps / budget.all_flows_bps)
+    return {
+        "mode": budget.mode,
+        "one_flow_bps": round(budget.one_flow_bps * k),
+        "all_flows_bps": round(budget.all_flows_bps * k),
+        "demand_one_flow_bps": round(d.one_flow_bps * k),
+        "demand_all_flows_bps": round(d.all_flows_bps * k),
+        "hosts": d.hosts,
+        "load": round(load, 3),
+        "fitting_time_scale": fitting_time_scale(k, load),
+    }
+
+
+def fitting_time_scale(k: float, load: float) -> float:
+    """The smallest K' at which the load fits: K × load, rounded up to a whole number
+    (K itself, or 1 for real time, when it fits already)."""
+    if load <= 1:
+        return 1.0 if k <= 1 else k
+    return float(math.ceil(k * load - 1e-9))
+
+
+def with_fitting_scale(s: Scenario, b: Budget) -> Scenario:
+    """`time_scale: auto` resolved: the smallest K at which the scenario fits the budget."""
+    if s.time_scale != "auto":
+        return s
+    k = assess(with_overrides(s, {"time_scale": 1}), b)["fitting_time_scale"]
+    return with_overrides(s, {"time_scale": k}, source=f"{s.name} (time_scale: auto → {k:g})")
+
+
+def warning(s: Scenario, section: dict[str, Any]) -> str | None:
+    """One line when the scenario asks more of the machine than it carries."""
+    if section["load"] <= 1:
+        return None
+    k = float(s.time_scale)
+    one = section["demand_one_flow_bps"] / section["one_flow_bps"]
+    every = section["demand_all_flows_bps"] / section["all_flows_bps"]
+    what = (
+        f"one host link at line rate ({format_rate(section['demand_one_flow_bps'] / k)} on this "
+        f"machine's clock) where one flow carried {format_rate(section['one_flow_bps'] / k)}"
+        if one >= every
+        else f"{section['hosts']} hosts at line rate at once "
+        f"({format_rate(section['demand_all_flows_bps'] / k)} on this machine's clock) where "
+        f"eight flows carried {format_rate(section['all_flows_bps'] / k)} together"
+    )
+    fast = " or topology.link_mode: fast" if section["mode"] == "exact" else ""
+    return (
+        f"link budget: this scenario may ask for {what} in link_mode {section['mode']} "
+        f"(load {section['load']:.2f}): its links would carry less than their rate and its "
+        f"queues would not fill as a switch's do; time_scale: {section['fitting_time_scale']:g} "
+        f"fits (time_scale: auto picks it){fast} (docs/time-dilation.md#the-link-budget)"
+    )
+
+
+def _identity() -> str:
+    """What the budget can change with: the boot (and with it the kernel) and the CPUs."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{boot} cpus={os.cpu_count()} v{PROBE_VERSION}"
+
+
+def cached(mode: str) -> Budget | None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        doc = json.loads(BUDGET_CACHE.read_text())
+        if doc["identity"] == _identity():
+            return Budget(**doc["modes"][mode])
+    return None
+
+
+def keep(budget: Budget) -> None:
+    """Kept beside the kernel probe's answer until the next boot."""
+    with contextlib.suppress(OSError):
+        doc: dict[str, Any] = {"identity": _identity(), "modes": {}}
+        with contextlib.suppress(OSError, ValueError):
+            old = json.loads(BUDGET_CACHE.read_text())
+            if old.get("identity") == doc["identity"]:
+                doc["modes"] = old.get("modes", {})
+        doc["modes"][budget.mode] = asdict(budget)
+        BUDGET_CACHE.parent.mkdir(parents=True, exist_ok=True)
+        tmp = BUDGET_CACHE.with_suffix(f".{os.getpid()}")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(BUDGET_CACHE)
