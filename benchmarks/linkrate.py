@@ -153,6 +153,7 @@ def held_run(hosts: int, rate_gbit: float, mode: str) -> Iterator[str]:
     data = {
         "name": "linkrate",
         "duration": "1s",
+        "measure": {"warmup": "0s", "cooldown": "0s"},
         "topology": {"hosts": hosts, "link_rate": f"{rate_gbit:g}gbit", "link_mode": mode},
         "tc_profile": "fifo",
         "metrics": {"prometheus": "off"},

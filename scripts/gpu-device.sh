@@ -213,6 +213,8 @@ check_links() {
   echo "== benchmarks/linkrate.py at 10 and 25 Gbit/s"
   step 60 python3 benchmarks/linkrate.py --rates 10,25 --rounds 1 --seconds 4 --no-checks \
     | tee "$OUT/linkrate.txt"
+  echo "== the link budget testbed up measured here"
+  cat /run/testbed/.link-budget 2>/dev/null | tee "$OUT/link-budget.json"
   echo "== benchmarks/gpu.py --short"
   step 60 python3 benchmarks/gpu.py --short | tee "$OUT/gpu-bench.txt"
   tail -n1 "$OUT/gpu-bench.txt" | python3 -c '
