@@ -45,17 +45,29 @@ from testbed.workloads.training import predict
 RATE = 10_000_000_000
 
 
-def scenario(compute: str, duration: str, quick: bool, mode: str = "fast") -> Any:
+def scenario(
+    compute: str,
+    duration: str,
+    quick: bool,
+    mode: str = "fast",
+    nccl: tuple[int, int] | None = None,
+    tcp: str = "reno",
+    bucket: str = "25MiB",
+    rate: int = RATE,
+) -> Any:
     data = {
         "name": "gpu-bench", "duration": "3s" if quick else duration,
         "measure": {"warmup": "0.5s", "cooldown": "0s"} if quick else
                    {"warmup": "3s", "cooldown": "2s"},
-        "topology": {"hosts": 2, "link_rate": RATE, "link_mode": mode},
+        "topology": {"hosts": 2, "link_rate": rate, "link_mode": mode, "tcp": tcp},
         "tc_profile": "thesis-2band",
         "workloads": {"horovod": {"backend": "torch-ddp", "model_size": "100MB",
-                                  "compute_time": compute, "bucket_cap": "25MiB",
+                                  "compute_time": compute, "bucket_cap": bucket,
                                   "tc_class": "low", "gpus": 1}},
     }  # fmt: skip
+    if nccl is not None:  # NCCL's socket threads and sockets per thread (its defaults: 1, 1)
+        job = data["workloads"]["horovod"]
+        job["nccl_socket_threads"], job["nccl_sockets_per_thread"] = nccl
     return load_scenario_data(data, "benchmark")
 
 
@@ -74,10 +86,29 @@ def main() -> int:
         help="3 s runs: checks in seconds that it runs; the figures mean little",
     )
     ap.add_argument("--short", action="store_true", help="12 s bulk runs, a 15 s timed run")
+    ap.add_argument(
+        "--nccl",
+        metavar="THREADSxSOCKETS",
+        help="e.g. 4x4: NCCL's socket threads "
+        "and sockets per thread in the bulk runs (default: NCCL's own, 1x1)",
+    )
+    ap.add_argument(
+        "--bulk-only", action="store_true", help="the bulk all-reduce in fast mode only"
+    )
+    ap.add_argument("--tcp", default="reno", help="the hosts' congestion control (default reno)")
+    ap.add_argument("--bucket", default="25MiB", help="DDP's bucket cap in the bulk runs")
+    ap.add_argument("--gbit", type=float, default=10.0, help="the link rate of the bulk runs")
     args = ap.parse_args()
+    nccl = tuple(int(x) for x in args.nccl.split("x")) if args.nccl else None
     # everything but the runs first, so that a machine without a GPU checks it too
     bulk_len, timed_len = ("12s", "15s") if args.short else ("25s", "30s")
-    bulk_s = {m: scenario("1ms", bulk_len, args.quick, m) for m in ("fast", "exact")}
+    modes = ("fast",) if args.bulk_only else ("fast", "exact")
+    bulk_s = {
+        m: scenario(
+            "1ms", bulk_len, args.quick, m, nccl, args.tcp, args.bucket, round(args.gbit * 1e9)
+        )
+        for m in modes
+    }  # type: ignore[arg-type]
     s = scenario("50ms", timed_len, args.quick)
     pred = predict.for_scenario(s)["iteration_s"]
     gpus = visible_gpus()
@@ -92,11 +123,17 @@ def main() -> int:
         bulk = job(bs, "1ms")
         ups = [x for x in bulk["links"] if x["direction"] == "up" and x["tier"] == "host"]
         h1 = next(x for x in ups if x["node"] == "h1")
-        wire[mode] = h1["classes"]["low"]["rate_bps"] / RATE
+        wire[mode] = h1["classes"]["low"]["rate_bps"] / round(args.gbit * 1e9)
         total = sum(c["bytes"] for x in ups for c in x["classes"].values())
         share[mode] = sum(x["classes"]["low"]["bytes"] for x in ups) / total if total else 0.0
+        it = bulk["horovod"]["iteration_time_s"]["mean"]
         print(f"bulk all-reduce, link_mode {mode}: h1's uplink carried {wire[mode]:.3f} of the "
-              f"cap in the job's class, {share[mode]:.4f} of all uplink bytes in that class")  # fmt: skip
+              f"cap in the job's class, {share[mode]:.4f} of all uplink bytes in that class; "
+              f"mean iteration {it * 1e3:.1f} ms")  # fmt: skip
+    if args.bulk_only:
+        print(json.dumps({"nccl_wire_ratio": round(wire["fast"], 3), "nccl": args.nccl or "1x1",
+                          "tcp": args.tcp, "bucket": args.bucket, "gbit": args.gbit}))  # fmt: skip
+        return 0
     timed = job(s, "50ms")
     mean = timed["horovod"]["iteration_time_s"]["mean"]
     print(f"50 ms of compute: mean iteration {mean * 1e3:.1f} ms, predicted {pred * 1e3:.1f} ms")

@@ -224,6 +224,17 @@ if not 0.85 <= r <= 1.0:
     sys.exit(f"gpu-device.sh: the bulk all-reduce used {r} of the 10 Gbit/s cap (wanted 0.85 to 1)")'
 }
 
+check_nccl() {
+  # NCCL's bulk all-reduce through a fast 10 Gbit/s link with its default sockets and more
+  local n t
+  for n in ${NCCL_VARIANTS:-1x1 2x4 4x4}; do
+    for t in ${TCP_VARIANTS:-reno}; do
+      echo "== benchmarks/gpu.py --short --bulk-only --nccl $n --tcp $t"
+      step 40 python3 benchmarks/gpu.py --short --bulk-only --nccl "$n" --tcp "$t" ${GPU_BENCH_ARGS:-} | tee -a "$OUT/gpu-nccl.txt"
+    done
+  done
+}
+
 check_anchor() {
   echo "== benchmarks/gpu_anchor.py: NCCL over loopback, no testbed"
   step 30 python3 benchmarks/gpu_anchor.py | tee "$OUT/gpu-anchor.txt"
@@ -300,8 +311,9 @@ case "${1:-}" in
         anchor) check_anchor || rc=$? ;;
         extras) check_extras || rc=$? ;;
         links) check_links || rc=$? ;;
+        nccl) check_nccl || rc=$? ;;
         all) check_all || rc=$? ;;
-        *) die "check what? ddp, horovod, anchor, extras, links or all" ;;
+        *) die "check what? ddp, horovod, anchor, extras, links, nccl or all" ;;
       esac
       echo "== check $what: rc $rc, ${SECONDS}s"
       exit $rc

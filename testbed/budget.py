@@ -65,31 +65,31 @@ class Demand:
     hosts: int
 
 
-def demand(s: Scenario) -> Demand:
+def demand(s: Scenario, held: bool = False) -> Demand:
     """The scenario's peak demand on the machine, in wall-clock bits/s (scenario rates / K).
-    A scenario without workloads (held for the user's tools) may use every host."""
+    A held run (`up --hold`) may use every host: the user's own tools run there."""
     every = [f"h{i + 1}" for i in range(s.topology.hosts)]
-    used: set[str] = set()
+    used: set[str] = set(every) if held else set()
     for w in s.workloads.values():
         used |= kinds.get(w.kind).serving(w, every)
-    n = len(used) or len(every)
+    n = len(used)
     rate = s.topology.link_rate / float(s.time_scale)
     return Demand(rate, n * rate, n)
 
 
-def needs_measuring(s: Scenario) -> bool:
+def needs_measuring(s: Scenario, held: bool = False) -> bool:
     """Whether a run of `s` must know the budget: it asks more than SURE_BPS of the machine,
     or it asks for the budget itself (time_scale: auto, an expect: on link_budget)."""
     if s.time_scale == "auto" or any(c.strip().startswith("link_budget") for c in s.expect):
         return True
-    return demand(s).all_flows_bps > SURE_BPS
+    return demand(s, held).all_flows_bps > SURE_BPS
 
 
-def assess(s: Scenario, budget: Budget) -> dict[str, Any]:
+def assess(s: Scenario, budget: Budget, held: bool = False) -> dict[str, Any]:
     """The summary's `link_budget` (scenario units: the budget times K, what the machine can
     carry of this scenario at its time_scale), with `load` the larger demand/budget ratio
     and `fitting_time_scale` the K at which the scenario fits."""
-    d = demand(s)
+    d = demand(s, held)
     k = float(s.time_scale)
     load = max(d.one_flow_bps / budget.one_flow_bps, d.all_flows_bps / budget.all_flows_bps)
     return {
@@ -105,18 +105,17 @@ def assess(s: Scenario, budget: Budget) -> dict[str, Any]:
 
 
 def fitting_time_scale(k: float, load: float) -> float:
-    """The smallest K' at which the load fits: K × load, rounded up to a whole number
-    (K itself, or 1 for real time, when it fits already)."""
-    if load <= 1:
-        return 1.0 if k <= 1 else k
-    return float(math.ceil(k * load - 1e-9))
+    """The smallest whole K' at which the load fits: K × load rounded up, at least 1 (real
+    time). Below K when the scenario fits with room: a thesis cell at K = 100 with a load of
+    0.22 would fit at 23, in a quarter of the time."""
+    return float(max(1, math.ceil(k * load - 1e-9)))
 
 
-def with_fitting_scale(s: Scenario, b: Budget) -> Scenario:
+def with_fitting_scale(s: Scenario, b: Budget, held: bool = False) -> Scenario:
     """`time_scale: auto` resolved: the smallest K at which the scenario fits the budget."""
     if s.time_scale != "auto":
         return s
-    k = assess(with_overrides(s, {"time_scale": 1}), b)["fitting_time_scale"]
+    k = assess(with_overrides(s, {"time_scale": 1}), b, held)["fitting_time_scale"]
     return with_overrides(s, {"time_scale": k}, source=f"{s.name} (time_scale: auto → {k:g})")
 
 

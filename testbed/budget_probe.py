@@ -67,7 +67,7 @@ def machine_budget(mode: str, progress: Callable[[str], None] | None = None) -> 
 
 
 def for_run(
-    s: Scenario, progress: Callable[[str], None] | None = None
+    s: Scenario, progress: Callable[[str], None] | None = None, held: bool = False
 ) -> tuple[Scenario, Budget | None]:
     """What `up` and `sweep` do before a run: the budget of the scenario's link mode, and
     the scenario with `time_scale: auto` resolved. A scenario that asks less than
@@ -76,8 +76,8 @@ def for_run(
     `expect:` on link_budget)."""
     mode = s.topology.link_mode
     b = budget.cached(mode)
-    if b is None and budget.needs_measuring(s):
+    if b is None and budget.needs_measuring(s, held):
         b = machine_budget(mode, progress)
     if b is None:
         return s, None
-    return budget.with_fitting_scale(s, b), b
+    return budget.with_fitting_scale(s, b, held), b

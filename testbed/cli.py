@@ -250,7 +250,7 @@ def up(
     )
     with Progress(*columns, console=err_console, transient=False) as progress:
         ui = RichUI(progress)
-        s, link_budget = budget_for(s, ui.phase)
+        s, link_budget = budget_for(s, ui.phase, held=hold_s is not None)
         result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s, link_budget=link_budget)
         ui.done()
     run_dir = shown(result.run_dir)
@@ -269,14 +269,14 @@ def up(
         _write_junit(junit, [], s.name, run_dir)
 
 
-def budget_for(s: Any, progress: Callable[[str], None]) -> tuple[Any, Any]:
+def budget_for(s: Any, progress: Callable[[str], None], held: bool = False) -> tuple[Any, Any]:
     """This machine's link budget for the scenario's link mode (measured once per boot, as
     root), and the scenario with `time_scale: auto` resolved by it."""
     from testbed import budget_probe
     from testbed.preflight import require_root
 
     require_root("testbed up")
-    fitted, b = budget_probe.for_run(s, progress)
+    fitted, b = budget_probe.for_run(s, progress, held)
     if s.time_scale == "auto":
         logging.getLogger("testbed").info(
             "time_scale: auto → %g (the link budget, docs/time-dilation.md)", fitted.time_scale

@@ -196,7 +196,7 @@ def run(
     auto`; without it the summary's `link_budget` is null."""
     ui = ui or QuietUI()
     if link_budget is not None:
-        s = budget.with_fitting_scale(s, link_budget)
+        s = budget.with_fitting_scale(s, link_budget, hold is not None)
     if s.time_scale == "auto":
         raise ScenarioError(
             "time_scale: auto needs this machine's link budget: `testbed up` and `testbed "
@@ -231,7 +231,7 @@ def _claimed(
     caps = preflight.kernel_capabilities(state)
     stop.check()
     warnings: list[str] = preflight.check_workloads(s)
-    fit = budget.assess(s, b) if b is not None else None
+    fit = budget.assess(s, b, hold is not None) if b is not None else None
     if fit is not None and (w := budget.warning(s, fit)):
         warnings.append(w)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,8 @@ def test_demand_is_every_host_a_workload_uses_at_line_rate_on_this_machines_cloc
         workloads={"a": {"kind": "incast", "query_rate": 10, "hosts": ["h1", "h2", "h3"]}}
     )
     assert budget.demand(placed).hosts == 3
-    assert budget.demand(scenario(workloads={})).hosts == 9  # held: the user may use any
+    assert budget.demand(scenario(workloads={})).hosts == 0  # nothing runs: nothing sent
+    assert budget.demand(scenario(workloads={}), held=True).hosts == 9  # the user may use any
 
 
 def test_a_scenario_over_the_budget_names_the_time_scale_that_fits():
@@ -43,14 +44,16 @@ def test_a_scenario_over_the_budget_names_the_time_scale_that_fits():
     assert msg is not None and "time_scale: 4 fits" in msg and "9 hosts at line rate" in msg
     assert "link_mode: fast" in msg
     dilated = budget.assess(scenario(time_scale=4), MACHINE)
-    assert dilated["load"] == 0.9 and dilated["fitting_time_scale"] == 4
+    assert dilated["load"] == 0.9 and dilated["fitting_time_scale"] == 4  # ceil(3.6)
+    roomy = budget.assess(scenario(time_scale=10), MACHINE)  # load 0.36: fits at 4 as well
+    assert roomy["load"] == 0.36 and roomy["fitting_time_scale"] == 4
     assert dilated["one_flow_bps"] == 4 * 3_700_000_000  # scenario units
     assert budget.warning(scenario(time_scale=4), dilated) is None
 
 
 def test_one_fast_link_alone_can_be_what_does_not_fit():
     s = scenario(topology={"hosts": 2, "link_rate": "10gbit"}, workloads={})
-    fit = budget.assess(s, MACHINE)  # one flow 10/3.7 = 2.70 > all 20/5 = 4.0? no: 4.0
+    fit = budget.assess(s, MACHINE, held=True)  # one flow 10/3.7 = 2.70 > all 20/5 = 4.0? no: 4.0
     assert fit["load"] == 4.0 and fit["fitting_time_scale"] == 4
     s1 = scenario(
         topology={"hosts": 2, "link_rate": "10gbit"},
@@ -64,7 +67,7 @@ def test_one_fast_link_alone_can_be_what_does_not_fit():
 
 @pytest.mark.parametrize(
     ("k", "load", "fits"),
-    [(1, 0.5, 1), (1, 1.0, 1), (1, 1.01, 2), (100, 0.3, 100), (100, 1.5, 150), (10, 3.6, 36)],
+    [(1, 0.5, 1), (1, 1.0, 1), (1, 1.01, 2), (100, 0.3, 30), (100, 1.5, 150), (10, 3.6, 36)],
 )
 def test_the_fitting_time_scale_is_k_times_the_load_rounded_up(k, load, fits):
     assert budget.fitting_time_scale(k, load) == fits
