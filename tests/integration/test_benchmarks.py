@@ -144,3 +144,14 @@ def test_schedules(tmp_path):
     doc = last_json(quick("schedules", tmp_path), "errors", "max_error", "iterations")
     assert set(doc["errors"]) == {"fifo/barrier", "priority/no-barrier"}
     assert doc["iterations"] > 0
+
+
+def test_linkrate(tmp_path):
+    """Link rates at the machine's speed (issue 33): the bare veth path and each link mode at
+    10 Gbit/s, one flow and eight; no flow beats its link in either mode."""
+    doc = last_json(quick("linkrate", tmp_path), "bare_off", "bare_on", "exact", "fast")
+    for mode in ("exact", "fast"):
+        for n in ("one", "eight"):
+            fig = doc[mode]["10gbit"][n]
+            assert 0 < fig["over_cap"] <= 1448 / 1514 * 1.01, (mode, n, fig)
+    assert doc["bare_off"]["one"] > 0 and doc["bare_on"]["one"] > 0
