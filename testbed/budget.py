@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 BUDGET_CACHE = STATE_DIR / ".link-budget"  # no .json: all_states() reads those
 # Below this much wire rate in all (this machine's clock), a scenario is not worth the probe's
-# seconds: a 2-core VM carries 2.4 Gbit/s in one exact-mode flow (0.955 of a 2.5 Gbit/s cap)
+# seconds: the 2-core development VM's exact-mode budget was 1.83 Gbit/s in one flow and 3.61
+# in eight (2026-11-27), the H100 machine's 2.33 and 10.7
 SURE_BPS = 1e9
 PROBE_VERSION = 1  # a testbed that measures differently measures again
 
