@@ -75,9 +75,10 @@ def for_run(
     measures none (no budget: None) unless it asks for one (`time_scale: auto`, or an
     `expect:` on link_budget)."""
     mode = s.topology.link_mode
-    b = budget.cached(mode)
-    if b is None and budget.needs_measuring(s, held):
-        b = machine_budget(mode, progress)
+    if budget.needs_measuring(s, held):
+        b: Budget | None = machine_budget(mode, progress)  # kept, or measured now
+    else:
+        b = budget.cached(mode)
     if b is None:
         return s, None
     return budget.with_fitting_scale(s, b, held), b
