@@ -42,7 +42,7 @@ from testbed.images import build_images, ensure_node_image
 from testbed.orchestrator import run
 from testbed.resolve import load_scenario_data
 from testbed.runtime import registry as runtimes
-from testbed.runtime.docker import client
+from testbed.runtime.engine import client
 from testbed.scenario import apply_overrides
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import LinkSpec, plan_links

@@ -20,24 +20,16 @@ import click
 import yaml
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.progress import (
-    BarColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
+from testbed import views
 from testbed.errors import ScenarioError, TestbedError
 from testbed.resolve import load_scenario, with_overrides
 from testbed.scenario import dump_scenario, json_schema
 from testbed.units import parse_duration
 
 if TYPE_CHECKING:
-    from testbed.state import RunState
+    from testbed.state import RunLock, RunState
 
 err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -146,33 +138,6 @@ def predict(scenario: str, as_json: bool) -> None:
         out.print(note, highlight=False)
 
 
-class RichUI:
-    """Phases as a spinner line, the running phase as a bar with elapsed and remaining time."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.p = progress
-        self.task: TaskID | None = None
-        self.run_task: TaskID | None = None
-        self.t0 = time.monotonic()
-
-    def phase(self, name: str) -> None:
-        if self.task is not None:
-            self.p.update(self.task, completed=1, total=1)
-        if name == "running":
-            self.task = None
-            return
-        self.task = self.p.add_task(name, total=None)
-
-    def running(self, elapsed: float, total: float, info: str) -> None:
-        if self.run_task is None:
-            self.run_task = self.p.add_task("running", total=total)
-        self.p.update(self.run_task, completed=min(elapsed, total), description=f"running  {info}")
-
-    def done(self) -> None:
-        if self.task is not None:
-            self.p.update(self.task, completed=1, total=1)
-
-
 @main.command()
 @click.argument("scenario")
 @click.option(
@@ -240,16 +205,8 @@ def up(
     if changes:
         s = with_overrides(s, changes)
     _console_logging(verbose)
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=False) as progress:
-        ui = RichUI(progress)
+    with views.run_progress(err_console) as progress:
+        ui = views.RichUI(progress)
         s, link_budget = budget_for(s, ui.phase, held=hold_s is not None)
         result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s, link_budget=link_budget)
         ui.done()
@@ -452,7 +409,6 @@ def report(
 
 def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
     from testbed import aggregate as ag
-    from testbed.sweep import short_name
 
     doc = json.loads((path / "sweep.json").read_text())
     if not doc["spec"].get("compare"):
@@ -471,40 +427,7 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
         f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed; "
         f"{cmp['axis']} compared against {cmp['baseline']!r}"
     )
-    t = Table(
-        title="% change of the mean against the baseline, mean over seeds [min, max]; "
-        "matched change (the same flows) and flows without a value (baseline/other) below"
-    )
-    for a in agg["axes"]:
-        t.add_column(short_name(a))
-    t.add_column(cmp["axis"])
-    t.add_column("seeds", justify="right")
-    metrics = list(dict.fromkeys(m for c in agg["cells"] for m in c["change_pct"]))
-    for col in metrics:
-        t.add_column(col, justify="right")
-    counted = [m for m in metrics if any(m in c["baseline_flows"] for c in agg["cells"])]
-    if counted:
-        t.add_column(f"{counted[0]} flows", justify="right")
-    for c in agg["cells"]:
-        ch, mc = c["change_pct"], c["matched_change_pct"]
-
-        def text(
-            m: str, ch: dict[str, Any] = ch, mc: dict[str, Any] = mc, c: dict[str, Any] = c
-        ) -> str:
-            if m not in ch:
-                return "–"
-            if m not in mc:
-                return _spread_text(ch[m])
-            cens = c["censored"][m]
-            return (
-                f"{_spread_text(ch[m])}\n{_spread_text(mc[m])} ({cens['baseline']}/{cens['run']})"
-            )
-
-        row = [*(c["cell"][a] for a in agg["axes"]), c[cmp["axis"]], str(len(c["seeds"]))]
-        row += [text(m) for m in metrics]
-        if counted:
-            row.append(str(c["baseline_flows"].get(counted[0], "–")))
-        t.add_row(*row)
+    t = views.compare_table(agg)
     out.print(t)
     for p in agg["plots"]:
         out.print(f"plot: {p}")
@@ -519,140 +442,8 @@ def _print_points(doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"name": doc["name"], "points": rows}, indent=2))
         return
-    skip = {"index", "folder", "wall_s", "error"}
-    columns = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in skip]
-    columns = [c for c in columns if any(r.get(c) not in (None, "") for r in rows)]
-    t = Table(title=f"sweep {doc['name']}: {doc['ok']} of {doc['points']} runs ok, "
-              f"{doc['failed']} failed (no compare: in the sweep file, so its points as run)")  # fmt: skip
-    for c in columns:
-        t.add_column(c, justify="right")
-    for r in rows:
-        t.add_row(*(_cell(r.get(c)) for c in columns))
+    t = views.points_table(doc)
     Console().print(t)
-
-
-def _cell(v: Any) -> str:
-    if v is None or v == "":
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
-def _spread_text(s: dict[str, Any]) -> str:
-    from testbed.runs import fmt_pct
-
-    if s["mean"] is None:
-        return "–"
-    if s["n"] == 1:
-        return fmt_pct(s["mean"])
-    return f"{fmt_pct(s['mean'])} [{s['min']:+.0f}, {s['max']:+.0f}]"
-
-
-class _PointUI:
-    """One sweep point's phases and running bar, on a single line of the sweep display."""
-
-    def __init__(self, progress: Progress, task: TaskID, title: str) -> None:
-        self.p, self.task, self.title = progress, task, title
-
-    def phase(self, name: str) -> None:
-        self.p.update(self.task, description=f"  {self.title}: {name}")
-
-    def running(self, elapsed: float, total: float, info: str) -> None:
-        self.p.update(
-            self.task,
-            total=total,
-            completed=min(elapsed, total),
-            description=f"  {self.title}: running {info}",
-        )
-
-
-class _RichSwarmUI:
-    """One line per node that runs a point (its point and time), and the sweep's total."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.p = progress
-        self.overall: TaskID | None = None
-        self.on: dict[int, TaskID] = {}  # point index → its line
-
-    def _total(self, done: int, total: int) -> None:
-        text = f"sweep: {done}/{total} points done"
-        if self.overall is None:
-            self.overall = self.p.add_task(text, total=total, completed=done)
-        self.p.update(self.overall, description=text, completed=done)
-
-    def start_point(self, point: Any, node: Any, done: int, total: int) -> None:
-        self._total(done, total)
-        self.on[point.index] = self.p.add_task(
-            f"  {node.hostname}: #{point.index} {point.title}", total=None
-        )
-
-    def end_point(self, outcome: Any, done: int, total: int) -> None:
-        self._total(done, total)
-        p = outcome.point
-        if p.index in self.on:
-            self.p.remove_task(self.on.pop(p.index))
-        if outcome.status == "failed":
-            self.p.console.print(
-                f"[red]run #{p.index} failed[/] ({p.title}): {outcome.error}", highlight=False
-            )
-        elif outcome.status == "ok":
-            self.p.console.print(
-                f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}"
-                + (f", expect: {outcome.expect_column}" if outcome.checks else ""),
-                highlight=False,
-            )
-        for line in outcome.failed_checks:
-            self.p.console.print(f"  [red]{line}[/]", highlight=False, soft_wrap=True)
-
-    def lost(self, point: Any, node: Any, why: str) -> None:
-        if point.index in self.on:
-            self.p.remove_task(self.on.pop(point.index))
-        self.p.console.print(f"[yellow]#{point.index} again elsewhere[/]: {why}", highlight=False)
-
-
-class _RichSweepUI:
-    def __init__(self, progress: Progress) -> None:
-        self.p = progress
-        self.overall: TaskID | None = None
-        self.current: TaskID | None = None
-        self.failed = 0
-
-    def start_point(self, point: Any, done: int, total: int, eta_s: float | None) -> _PointUI:
-        eta = f", about {_fmt_duration(eta_s)} left" if eta_s is not None else ""
-        text = f"sweep: {done}/{total} runs done{f', {self.failed} failed' if self.failed else ''}{eta}"
-        if self.overall is None:
-            self.overall = self.p.add_task(text, total=total, completed=done)
-        self.p.update(self.overall, description=text, completed=done)
-        if self.current is not None:
-            self.p.remove_task(self.current)
-        self.current = self.p.add_task(f"  {point.title}", total=None)
-        return _PointUI(self.p, self.current, f"#{point.index} {point.title}")
-
-    def end_point(self, outcome: Any, done: int, total: int) -> None:
-        self.failed += outcome.status == "failed"
-        if self.overall is None:
-            self.overall = self.p.add_task("sweep", total=total)
-        self.p.update(self.overall, completed=done)
-        p = outcome.point
-        if outcome.status == "failed":
-            self.p.console.print(
-                f"[red]run #{p.index} failed[/] ({p.title}): {outcome.error}", highlight=False
-            )
-        elif outcome.status == "ok":  # one line per run, also where no live display is drawn
-            self.p.console.print(
-                f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}"
-                + (f", expect: {outcome.expect_column}" if outcome.checks else ""),
-                highlight=False,
-            )
-        for line in outcome.failed_checks:
-            self.p.console.print(f"  [red]{line}[/]", highlight=False, soft_wrap=True)
-
-
-def _fmt_duration(seconds: float) -> str:
-    m, sec = divmod(round(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
 
 
 @main.command()
@@ -693,13 +484,12 @@ def sweep(
 
     require_root("testbed sweep")
     _console_logging(verbose, quiet=not verbose)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     if swarm:
         from testbed.swarm import run as swarm_run
 
-        with Progress(*columns, console=err_console, transient=False) as progress:
+        with views.sweep_progress(err_console) as progress:
             outcomes = swarm_run.sweep(
-                spec, points, out, _RichSwarmUI(progress), lambda m: progress.console.print(m)
+                spec, points, out, views.SwarmUI(progress), lambda m: progress.console.print(m)
             )
         if plots:
             for o in outcomes:
@@ -715,8 +505,8 @@ def sweep(
             _plots_after_run(folder)
         return result.summary
 
-    with Progress(*columns, console=err_console, transient=False) as progress:
-        outcomes = sw.run_sweep(spec, points, out, run_one, _RichSweepUI(progress))
+    with views.sweep_progress(err_console) as progress:
+        outcomes = sw.run_sweep(spec, points, out, run_one, views.SweepUI(progress))
     _sweep_done(spec, points, outcomes, out)
 
 
@@ -765,7 +555,7 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
             cell[c] = cell.get(c, 0) + n
         real = _real_time(p.scenario)  # a dilated run takes time_scale × its duration
         total_s += real or 0.0
-        shown_real = _fmt_duration(real) if real is not None else "auto: at the run"
+        shown_real = views.fmt_duration(real) if real is not None else "auto: at the run"
         t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", shown_real,
                   *(str(counts.get(c, "–")) for c in columns))  # fmt: skip
     Console().print(t)
@@ -776,7 +566,7 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
             f"({', '.join(fewest[0])})"
         )
     Console().print(
-        f"{_fmt_duration(total_s)} of run time on this machine's clock in all (setup, drain "
+        f"{views.fmt_duration(total_s)} of run time on this machine's clock in all (setup, drain "
         "and teardown come on top)"
     )
 
@@ -857,7 +647,7 @@ def images_build(base: str | None, force: bool) -> None:
     The tag carries a hash of what went in, so an unchanged image is not rebuilt."""
     from testbed.images import build_images
     from testbed.preflight import require_root
-    from testbed.runtime.docker import client
+    from testbed.runtime.engine import client
 
     require_root("testbed images build")
     engine = client()
@@ -872,8 +662,7 @@ def images_build(base: str | None, force: bool) -> None:
 def _down_recorded(st: RunState, force: bool) -> tuple[int, bool]:
     """One run with a state file: torn down unless it is alive (--force stops it first);
     one its guardian is tearing down is waited for. (runs cleaned, whether something failed)"""
-    from testbed.runtime.registry import teardown
-    from testbed.state import RunLock, RunState
+    from testbed.state import RunLock
 
     lock = RunLock(st.run_id)
     if st.alive():
@@ -897,34 +686,41 @@ def _down_recorded(st: RunState, force: bool) -> tuple[int, bool]:
         )
         return 0, True
     try:
-        try:
-            now = RunState.load(st.path)
-        except (OSError, ValueError, TypeError):
-            click.echo(f"run {st.run_id} ({st.scenario}) was torn down by its own process")
-            return 1, False
-        if not now.same_run(st) or now.alive():
-            return 0, False  # the id names another run now, or its owner lives after all
-        problems = teardown(now)
-        for p in problems:
-            click.echo(f"run {st.run_id}: {p}", err=True)
-        if problems:
-            return 0, True
-        now.remove()
-        containers = sum(1 for o in now.objects if o["kind"] == "container")
-        click.echo(
-            f"removed run {now.run_id} ({now.scenario}): {len(now.namespaces())} namespaces, "
-            f"{sum(1 for o in now.objects if o['kind'] == 'link')} host-side links"
-            + (f", {containers} containers" if containers else "")
-        )
-        return 1, False
+        return _down_locked(st, lock)
     finally:
-        lock.release(unlink=not st.path.exists())
+        lock.release(unlink=not st.path.exists())  # a no-op when end_run released it
         # the guardian lets go of the lock a moment before its process ends
         if not st.wait_for_guardian(timeout=10):
             click.echo(
                 f"run {st.run_id}: its guardian (pid {st.guardian_pid}) is still running",
                 err=True,
             )
+
+
+def _down_locked(st: RunState, lock: RunLock) -> tuple[int, bool]:
+    """The ending of a dead run (ending.py), its lock held; the record read again under it."""
+    from testbed.ending import end_run
+    from testbed.state import RunState
+
+    try:
+        now = RunState.load(st.path)
+    except (OSError, ValueError, TypeError):
+        click.echo(f"run {st.run_id} ({st.scenario}) was torn down by its own process")
+        return 1, False
+    if not now.same_run(st) or now.alive():
+        return 0, False  # the id names another run now, or its owner lives after all
+    ending = end_run(now, lock)
+    for p in ending.problems:
+        click.echo(f"run {st.run_id}: {p}", err=True)
+    if ending.problems:
+        return 0, True
+    containers = sum(1 for o in now.objects if o["kind"] == "container")
+    click.echo(
+        f"removed run {now.run_id} ({now.scenario}): {len(now.namespaces())} namespaces, "
+        f"{sum(1 for o in now.objects if o['kind'] == 'link')} host-side links"
+        + (f", {containers} containers" if containers else "")
+    )
+    return 1, False
 
 
 def _down_labelled(wanted: set[str]) -> tuple[int, bool]:

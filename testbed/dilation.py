@@ -33,7 +33,7 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.expect import CLASS
+from testbed.summary import CLASS
 from testbed.workloads import kinds
 
 if TYPE_CHECKING:

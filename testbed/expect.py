@@ -13,9 +13,9 @@ iteration time of that instance, `testbed predict`).
 
 Paths are checked against what the scenario will report before anything is created: the
 sections of its workload instances (named as in `workloads:`), the classes of its tc profile.
-`CORE` below and each kind's `summary` (workloads/registry.py) list every number a summary
-holds; tests/integration/test_expect.py compares them with real summaries, so they cannot
-drift from what the workloads write. A hand-written grammar: no library evaluates dotted paths
+summary.py (`CORE` below) and each kind's `summary` (workloads/registry.py) list every number
+a summary holds; tests/integration/test_expect.py compares them with real summaries, so they
+cannot drift from what the workloads write. A hand-written grammar: no library evaluates dotted paths
 with wildcards and units, and `eval` of user text is not an option.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from testbed import tcpstats
+from testbed.summary import CLASS, units
 from testbed.units import (
     format_duration,
     format_size,
@@ -37,45 +37,9 @@ from testbed.units import (
     parse_size,
 )
 
-# The kind of each number (workloads/registry.py lists them): s (seconds of scenario time),
-# wall (seconds of this machine's clock), B (bytes), bps (bits/s), hz (per second), pct
-# (0-100), 1 (plain). The sections of workload instances come from their kinds.
-CLASS = "<class>"  # the scenario's tc profile classes
-CORE: dict[str, Any] = {
-    "duration_s": "s",
-    "time_scale": "1",
-    "drain_s": "wall",
-    "tcp_rto_min_s": "s",
-    "tcp_rcvbuf_bytes": "B",
-    "tcp_sndbuf_bytes": "B",
-    "tcp_segment_bytes": "B",
-    "tcp": dict.fromkeys(tcpstats.WANTED.values(), "1"),  # counts, one name per counter read
-    "teardown_s": "wall",
-    "link_budget": {  # budget.py: null where no budget was given (a run not from up or sweep)
-        "one_flow_bps": "bps",
-        "all_flows_bps": "bps",
-        "demand_one_flow_bps": "bps",
-        "demand_all_flows_bps": "bps",
-        "hosts": "1",
-        "load": "1",
-        "fitting_time_scale": "1",
-    },
-    "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
-    "window": {
-        "warmup_s": "s",
-        "cooldown_s": "s",
-        "span_s": "s",
-        "drain_limit_s": "s",
-        "edges_late_s": ["wall"],
-    },
-    "host_cpu": {"cores": "1", "busy": "1", "steal": "1"},
-    "links": [
-        {
-            "rate_bps": "bps",
-            "classes": {CLASS: {"bytes": "B", "packets": "1", "drops": "1", "rate_bps": "bps"}},
-        }
-    ],
-}
+# The unit of each number of the summary, declared with its type (summary.py); the sections
+# of workload instances come from their kinds.
+CORE: dict[str, Any] = units()
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
     "<": operator.lt, ">": operator.gt,

@@ -42,41 +42,42 @@ def main(argv: list[str]) -> int:
     if (st.pid, st.pid_start) != (pid, pid_start):
         lock.release()  # the id names a later run now; not ours
         return 0
-    from testbed.runtime.registry import teardown
+    from testbed.ending import end_run
 
     phase = st.phase
     st.set_phase("torn down by its guardian")
     t0 = time.monotonic()
-    problems = teardown(st)
-    took = time.monotonic() - t0
-    if problems:
-        for p in problems:
-            _note(st.out_dir, f"teardown: {p}")
-        _note(st.out_dir, "teardown incomplete; run `testbed down`")
-        lock.release()
-        return 1
-    _note(
-        st.out_dir,
-        f"orchestrator pid {pid} ended without tearing down run {run_id}; "
-        f"removed what it had created in {took:.2f} s",
-    )
-    summary = Path(st.out_dir) / "summary.json"
-    if summary.parent.is_dir() and not summary.exists():
-        summary.write_text(
-            json.dumps(
-                {
-                    "scenario": st.scenario,
-                    "run_id": run_id,
-                    "runtime": st.runtime,
-                    "status": "killed",
-                    "error": f"the orchestrator (pid {pid}) died in phase {phase!r}; "
-                    "its guardian tore the run down",
-                },
-                indent=2,
-            )
+
+    def killed() -> None:
+        """Said before the state file goes: whoever waits for it to vanish reads this."""
+        took = time.monotonic() - t0
+        _note(
+            st.out_dir,
+            f"orchestrator pid {pid} ended without tearing down run {run_id}; "
+            f"removed what it had created in {took:.2f} s",
         )
-    st.remove()
-    lock.release(unlink=True)
+        summary = Path(st.out_dir) / "summary.json"
+        if summary.parent.is_dir() and not summary.exists():
+            summary.write_text(
+                json.dumps(
+                    {
+                        "scenario": st.scenario,
+                        "run_id": run_id,
+                        "runtime": st.runtime,
+                        "status": "killed",
+                        "error": f"the orchestrator (pid {pid}) died in phase {phase!r}; "
+                        "its guardian tore the run down",
+                    },
+                    indent=2,
+                )
+            )
+
+    ending = end_run(st, lock, before_forgetting=killed)
+    for p in ending.problems:
+        _note(st.out_dir, f"teardown: {p}")
+    if ending.problems:
+        _note(st.out_dir, "teardown incomplete; run `testbed down`")
+        return 1
     return 0
 
 

@@ -26,6 +26,7 @@ from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.shaping.stats import over_cap
 from testbed.state import RunState
 from testbed.stopping import StopFlag, checkpoint
+from testbed.summary import Summary
 from testbed.topology import TopologyPlan
 from testbed.window import Window
 from testbed.workloads import kinds
@@ -286,14 +287,14 @@ class LiveRun:
         log.info("hold of run %s ended after %.1f s (%s)", self.run_id, took, ended)
         self.m.held = {"held_s": round(took, 3), "ended_by": ended}
 
-    def summary(self) -> dict[str, Any]:
-        """The run's summary in wall-clock units (orchestrator dilates it), and the warnings
+    def summary(self) -> Summary:
+        """The run's summary (summary.py declares it) in wall-clock units (orchestrator dilates it), and the warnings
         of the links and of each workload's own section."""
         s, m = self.s, self.m
         assert m.window and m.edges and m.final and self.metrics is not None
         w0, w1 = m.edges
         sec = m.seconds
-        summary = {
+        summary: Summary = {
             "scenario": s.name,
             "run_id": self.run_id,
             "runtime": s.runtime,
@@ -314,7 +315,9 @@ class LiveRun:
                         "workloads_ready": round(sec["ready"], 3)},
             "drain_s": round(sec["drain"], 3),
             "links": links_section(self.plans, m.final, w0, w1),
-            "tcp": tcpstats.totals([h.netns for h in self.topo.hosts]),
+            "tcp": tcpstats.totals(
+                self.rt.proc_net(h.netns, tcpstats.FILES) for h in self.topo.hosts
+            ),
             "queues": self.metrics.queues(self.plans, w0[0], w1[0], class_limit(s)),
             "workloads": {w.name: w.kind for w in self.workloads},
             **m.sections,

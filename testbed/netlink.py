@@ -24,10 +24,8 @@ import socket
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
-from pathlib import Path
 
 from testbed.errors import RunFailure
-from testbed.namespaces import inside
 
 NETLINK_ROUTE = 0
 NETLINK_EXT_ACK = 11
@@ -248,7 +246,10 @@ class Batch:
     error. `what` names each request in the error a user sees."""
 
     def __init__(self, netns: str | None, sock: socket.socket | None = None) -> None:
-        """`sock`: a netlink socket of `netns` to send on (kept open); else one per commit."""
+        """`sock`: a netlink socket of `netns` to send on (kept open; the runtime's); for
+        the root namespace (None) without one, a socket per commit."""
+        if netns is not None and sock is None:
+            raise ValueError(f"a batch for namespace {netns} needs a socket made inside it")
         self.netns = netns
         self.sock = sock
         self._requests: list[tuple[bytes, str]] = []
@@ -262,7 +263,7 @@ class Batch:
     def commit(self) -> None:
         if not self._requests:
             return
-        sock = self.sock or open_socket(self.netns)
+        sock = self.sock or open_socket()
         try:
             for start in range(0, len(self._requests), CHUNK):
                 _exchange(sock, self._requests[start : start + CHUNK], self.netns)
@@ -272,10 +273,10 @@ class Batch:
         self._requests.clear()
 
 
-def open_socket(netns: str | None) -> socket.socket:
-    """A netlink socket that lives in `netns` (a socket keeps the namespace it was made in)."""
-    with inside(netns):
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+def open_socket() -> socket.socket:
+    """A netlink socket in the calling thread's namespace, set up for batches (a socket keeps
+    the namespace it was made in: runtime/namespaces.py opens one inside a node)."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
     try:
         # root may exceed the machine's rmem_max/wmem_max; the acks of a chunk must all fit
         sock.setsockopt(socket.SOL_SOCKET, 33, BUFFER)  # SO_RCVBUFFORCE
@@ -347,7 +348,3 @@ def _ext_ack(payload: bytes) -> str:
         if kind == NLMSGERR_ATTR_MSG:
             return value.rstrip(b"\0").decode(errors="replace")
     return ""
-
-
-def netns_fd(name: str) -> int:
-    return os.open(Path("/run/netns", name), os.O_RDONLY | os.O_CLOEXEC)

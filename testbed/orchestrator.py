@@ -14,7 +14,6 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,9 +21,9 @@ from typing import Any
 
 from testbed import budget, dilation, expect, preflight
 from testbed.budget import Budget
+from testbed.ending import end_run
 from testbed.errors import RunFailure, ScenarioError, TestbedError
 from testbed.live import UI, LiveRun, QuietUI, devices
-from testbed.namespaces import NETNS_DIR
 from testbed.resolve import wall_scenario
 from testbed.runtime import registry as runtimes
 from testbed.scenario import Scenario, dump_scenario
@@ -57,7 +56,7 @@ def check_run_id(run_id: str) -> None:
     held = [f"state of run {st.run_id}" for st in all_states() if st.run_id == run_id]
     if RunLock(run_id).held_elsewhere():
         held.append(f"lock of run {run_id}")
-    held += [p.name for p in NETNS_DIR.glob(f"{n['prefix']}*")] if NETNS_DIR.is_dir() else []
+    held += runtimes.namespaces_named(n["prefix"])
     if Path(f"/sys/class/net/{n['mgmt_bridge']}").exists():
         held.append(n["mgmt_bridge"])
     if held:
@@ -89,15 +88,11 @@ class Claim:
         """The end of the run in this process: whatever is still recorded is torn down (a
         failure before the network phase can leave the probe's record), the state file goes
         when nothing is left, then the lock; the guardian, finding no state, exits."""
-        st = self.state
-        if st.path.exists():
-            problems = runtimes.teardown(st) if st.objects else []
-            if problems:
-                for p in problems:
-                    log.error("teardown: %s", p)
-            else:
-                st.remove()
-        self.lock.release(unlink=not st.path.exists())
+        if self.state.path.exists():
+            for p in end_run(self.state, self.lock).problems:
+                log.error("teardown: %s", p)
+        else:
+            self.lock.release(unlink=True)
         if self.guardian is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.guardian.wait(timeout=5)
@@ -282,15 +277,11 @@ def _teardown(state: RunState, ui: UI) -> tuple[list[str], float]:
     (what could not be removed, seconds it took)"""
     ui.phase("tearing down")
     state.set_phase("tearing down")
-    t0 = time.monotonic()
-    problems = runtimes.teardown(state)
-    took = time.monotonic() - t0
-    for p in problems:
+    ending = end_run(state, None)  # the lock is released with the claim, after the summary
+    for p in ending.problems:
         log.error("teardown: %s", p)
-    if not problems:
-        state.remove()
-    log.info("teardown took %.2f s%s", took, " (incomplete)" if problems else "")
-    return problems, took
+    log.info("teardown took %.2f s%s", ending.seconds, " (incomplete)" if ending.problems else "")
+    return ending.problems, ending.seconds
 
 
 def _in_scenario_time(

@@ -16,8 +16,8 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from testbed.errors import EnvironmentProblem, ScenarioError
+from testbed.runtime.kernel_probe import HOW, Capabilities, probe
 from testbed.scenario import TCP_MACHINE, Scenario
-from testbed.shaping.probe import HOW, Capabilities, probe
 from testbed.state import STATE_DIR, RunState, all_states
 from testbed.topology import name_of
 

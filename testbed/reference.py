@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from testbed.runtime.declared import with_options
 from testbed.scenario import json_schema
 from testbed.units import (
     DURATION_PATTERN,
@@ -31,7 +32,7 @@ SECTIONS = [  # top-level fields that are sections of their own, in the order a 
     ("topology", "Topology"),
     ("measure", "Measure"),
     ("metrics", "Metrics"),
-    ("docker", "DockerOptions"),
+    *((d.name, d.options.__name__) for d in with_options() if d.options is not None),
 ]
 COMMON = ("kind", "start", "stop", "hosts", "tc_class", "dscp", "derived")
 UNIT_WORDS = {

@@ -24,15 +24,20 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
 
+from testbed import summary
 from testbed.addressing import data_addresses
 from testbed.errors import ScenarioError
 from testbed.fields import STRICT as _Strict
 from testbed.fields import Duration, FieldProblem, Percent, Rate, Size
 from testbed.fields import path as field_path
+from testbed.runtime.declared import DECLARED, with_options
+from testbed.runtime.declared import DEFAULT as DEFAULT_RUNTIME
+from testbed.runtime.declared import names as runtime_names
 from testbed.shaping.profile import TcProfile, load_profile_data
 from testbed.units import format_duration
 from testbed.window import Window
@@ -333,14 +338,8 @@ class Measure(BaseModel):
 
 # Instance names become summary sections, expect paths and sweep axes (workloads.<name>.…):
 # they may not be a top-level summary key, nor a name the mapping itself answers to.
-RESERVED_NAMES = frozenset({
-    "scenario", "run_id", "runtime", "duration_s", "seed", "tc_profile", "topology",
-    "tcp_congestion", "tcp_rto_min_s", "tcp_rcvbuf_bytes", "tcp_sndbuf_bytes", "tcp_segment_bytes",
-    "link_mode", "link_budget",
-    "tcp", "queues", "started_at", "window",
-    "host_cpu", "setup_s", "drain_s", "links",
-    "metrics", "status", "error", "warnings", "teardown_s", "hold", "time_scale", "wall",
-    "workloads", "predicted", *dir(dict),
+RESERVED_NAMES = summary.KEYS | frozenset({
+    "predicted", *dir(dict),
     "orchestrator", "prometheus", "plots",  # the run's own scrape target and folders
 })  # fmt: skip
 INSTANCE_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
@@ -427,21 +426,6 @@ WorkloadsField = Annotated[
 ]
 
 
-class DockerOptions(BaseModel):
-    """How hosts are made with `runtime: docker`. Limits apply to each host's container."""
-
-    model_config = _Strict
-
-    image: str | None = Field(
-        None, description="node image (default: testbed's own, built by `testbed images build`)"
-    )
-    build: bool = Field(True, description="build the default node image when it is missing")
-    cpus: float | None = Field(None, gt=0, le=1024, description="CPU limit per host (cores)")
-    memory: Size | None = Field(
-        None, ge=16 * 2**20, description="memory limit per host, e.g. 2GiB (no swap beyond it)"
-    )
-
-
 def _prometheus_off(value: Any) -> Any:
     """YAML 1.1 (PyYAML) reads an unquoted `off` or `no` as false: that means "off". An
     unquoted `on`/`yes` (true) names neither of the two ways to run it, so it is refused."""
@@ -498,7 +482,14 @@ class Metrics(BaseModel):
         return self
 
 
-class Scenario(BaseModel):
+# a runtime's name, as runtime/declared.py declares them
+RuntimeName = Literal[runtime_names()]  # type: ignore[valid-type]
+
+
+class _ScenarioFields(BaseModel):
+    """Every field but the runtimes' own sections, which `Scenario` below adds from
+    runtime/declared.py (a key named after each runtime that has options)."""
+
     model_config = _Strict
 
     name: str = Field(
@@ -527,10 +518,10 @@ class Scenario(BaseModel):
     measure: Measure = Field(
         default_factory=Measure, description="the measured window inside the run, and the drain"
     )
-    runtime: Literal["netns", "docker"] = Field(
-        "netns", description="what a host is: a network namespace, or a Docker container"
+    runtime: RuntimeName = Field(
+        DEFAULT_RUNTIME,
+        description="what a host is: " + ", or ".join(d.host for d in DECLARED),
     )
-    docker: DockerOptions | None = Field(None, description="container options (runtime: docker)")
     topology: Topology = Field(description="the network: hosts, switches, links and their rates")
     tc_profile: TcProfile = Field(
         "fifo",  # type: ignore[assignment]  # resolved by the validator below
@@ -560,17 +551,25 @@ class Scenario(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _docker(self) -> Scenario:
-        if self.docker is not None and self.runtime != "docker":
-            raise _FieldError(
-                ("docker",), "applies only with runtime: docker; remove it or set runtime"
-            )
-        if self.runtime == "docker" and self.docker is None:
-            self.docker = DockerOptions()
+    def _runtime_options(self) -> _ScenarioFields:
+        """A runtime's section only with that runtime; the chosen one's at its defaults."""
+        for d in with_options():
+            given = getattr(self, d.name, None)
+            if given is not None and self.runtime != d.name:
+                raise _FieldError(
+                    (d.name,), f"applies only with runtime: {d.name}; remove it or set runtime"
+                )
+            if self.runtime == d.name and given is None and d.options is not None:
+                setattr(self, d.name, d.options())
         return self
 
+    @property
+    def runtime_options(self) -> Any:
+        """The chosen runtime's options section (None: that runtime has none)."""
+        return getattr(self, self.runtime, None)
+
     @model_validator(mode="after")
-    def _window(self) -> Scenario:
+    def _window(self) -> _ScenarioFields:
         m = self.measure
         if m.warmup + m.cooldown >= self.duration:
             raise _FieldError(
@@ -584,6 +583,21 @@ class Scenario(BaseModel):
         """The run's timeline with the workloads' common start at t0 (offsets when t0 = 0)."""
         m = self.measure
         return Window(t0, self.duration, m.warmup, m.cooldown, m.drain)
+
+
+# The scenario: its fields, and a section for each runtime with options (`docker:`)
+Scenario = create_model(
+    "Scenario",
+    __base__=_ScenarioFields,
+    __module__=__name__,
+    **{
+        d.name: (
+            d.options | None,
+            Field(None, description=f"{d.about} (runtime: {d.name})"),
+        )
+        for d in with_options()
+    },  # type: ignore[call-overload]
+)
 
 
 # Inputs that set one another: giving one in an override drops the other from the same object.

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from testbed.runtime.declared import DEFAULT
+
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 
 
@@ -45,7 +47,7 @@ class RunState:
     run_id: str
     scenario: str
     out_dir: str
-    runtime: str = "netns"
+    runtime: str = DEFAULT  # a state file written before runtimes were recorded
     pid: int = field(default_factory=os.getpid)
     pid_start: int | None = None
     started_at: float = field(default_factory=time.time)

@@ -1,4 +1,4 @@
-"""The hosts' own TCP counters, read from each host's network namespace at the end of a run:
+"""The hosts' own TCP counters, read from each host's /proc/net at the end of a run:
 segments sent, retransmitted, retransmission timeouts and tail-loss probes. They say what the
 kernel's TCP timers did, which time dilation does not stretch (topology.tcp_rto_min sets the
 minimum RTO; the delayed-ACK timer stays the kernel's). And the losses no queue counts:
@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import socket
 import struct
-from pathlib import Path
-
-from testbed.namespaces import inside
+from collections.abc import Iterable
 
 # struct tcp_info (linux/tcp.h): tcpi_bytes_received, a u64 at this offset since Linux 4.1
 BYTES_RECEIVED_AT = 128
-# /proc/<pid>/net follows a process's main thread; the calling thread's namespace is here
-NET = Path("/proc/thread-self/net")
+FILES = ("snmp", "netstat")  # the files of /proc/net the counters are in (Runtime.proc_net)
 WANTED = {
     ("Tcp", "OutSegs"): "segments_sent",
     ("Tcp", "RetransSegs"): "retransmitted_segments",
@@ -46,12 +43,13 @@ def _table(text: str) -> dict[tuple[str, str], int]:
     return out
 
 
-def totals(namespaces: list[str | None]) -> dict[str, int]:
-    """The counters summed over `namespaces` (the hosts'); absent counters count 0."""
+def totals(hosts: Iterable[list[str]]) -> dict[str, int]:
+    """The counters summed over `hosts`, each the texts of its FILES; absent ones count 0."""
     out = dict.fromkeys(WANTED.values(), 0)
-    for ns in namespaces:
-        with inside(ns):
-            table = _table((NET / "snmp").read_text()) | _table((NET / "netstat").read_text())
+    for texts in hosts:
+        table: dict[tuple[str, str], int] = {}
+        for text in texts:
+            table |= _table(text)
         for key, name in WANTED.items():
             out[name] += table.get(key, 0)
     return out

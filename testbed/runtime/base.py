@@ -18,6 +18,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -25,6 +26,22 @@ if TYPE_CHECKING:
     from pyroute2 import IPRoute
 
     from testbed.shaping.stats import ClassReader
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A Python program to start in a node: `python -m module argv`, its output to
+    `log_path`. `preload`: modules a fork server imports once for every such start (a group
+    or a UTS namespace needs one); `gid`: the group it runs as (DSCP marking matches it);
+    `new_uts`: its own hostname, where nodes share the machine's (Runtime.shares_hostname)."""
+
+    module: str
+    argv: Sequence[str]
+    log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    preload: tuple[str, ...] = ()
+    gid: int | None = None
+    new_uts: bool = False
 
 
 class NodeProcess(Protocol):
@@ -76,7 +93,7 @@ class PolledProcess:
 class Runtime(Protocol):
     name: str
     # True when every node shares the machine's hostname (plain namespaces): a program that
-    # needs its own hostname must ask for its own UTS namespace (spawn_python(new_uts=True)).
+    # needs its own hostname must ask for its own UTS namespace (Launch(new_uts=True)).
     shares_hostname: bool
     # True when a node sees only the GPUs passed to it, numbered from 0 (a container given
     # devices 2 and 3 calls them 0 and 1), so CUDA_VISIBLE_DEVICES must count from 0 there.
@@ -85,6 +102,7 @@ class Runtime(Protocol):
     def build(self) -> None: ...  # nodes and links, each recorded in the state file first
     def ipr(self, ns: str | None) -> IPRoute: ...  # netlink inside a node (None: the root)
     def netlink(self, ns: str) -> socket.socket: ...  # the run's raw netlink socket in a node
+    def proc_net(self, ns: str, names: tuple[str, ...]) -> list[str]: ...  # /proc/net/<name>s
     @property
     def classes(self) -> ClassReader: ...  # the shaped classes' counters, read in bulk
 
@@ -93,16 +111,8 @@ class Runtime(Protocol):
     ) -> NodeProcess: ...
 
     def spawn_python(
-        self,
-        ns: str | None,
-        module: str,
-        argv: list[str],
-        log_path: Path,
-        env: Mapping[str, str] | None = None,
-        preload: Sequence[str] = (),
-        gid: int | None = None,
-        new_uts: bool = False,
-    ) -> NodeProcess: ...  # `python -m module argv` in a node (None: a service of the machine)
+        self, ns: str | None, launch: Launch
+    ) -> NodeProcess: ...  # `launch` in node `ns` (None: a service of the machine)
 
     def net_exec(
         self, ns: str, argv: Sequence[str], timeout: float = 20

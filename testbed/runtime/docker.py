@@ -20,6 +20,7 @@ advance) and carry `testbed.run=<id>`, so `testbed down` finds them either way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -35,8 +36,10 @@ from typing import TYPE_CHECKING, Any
 from pyroute2 import IPRoute, netns
 
 from testbed.errors import EnvironmentProblem, RunFailure, ScenarioError
-from testbed.namespaces import NETNS_DIR, create_netns
-from testbed.runtime.base import NodeProcess, PolledProcess
+from testbed.runtime.base import Launch, NodeProcess, PolledProcess
+from testbed.runtime.declared import DockerOptions
+from testbed.runtime.engine import client, short_error
+from testbed.runtime.namespaces import NETNS_DIR, create_netns
 from testbed.runtime.netns import process_running, run_in_netns, spawn_python
 from testbed.runtime.netns import teardown as netns_teardown
 from testbed.runtime.network import Network
@@ -46,37 +49,12 @@ from testbed.topology import RUN_PREFIX, Host, TopologyPlan, parse_name
 if TYPE_CHECKING:
     import docker
 
-    from testbed.scenario import DockerOptions
 
 log = logging.getLogger(__name__)
 LABEL_RUN = "testbed.run"
 LABEL_NODE = "testbed.node"
 START_PARALLEL = 8  # containers created at once: dockerd serialises part of the work anyway
 _EXIT_SEEN = itertools.count()
-
-
-def client(timeout: float = 60) -> docker.DockerClient:
-    """The engine at DOCKER_HOST (default: the local socket), or one clear line why not."""
-    try:
-        import docker
-    except ImportError:
-        raise EnvironmentProblem(
-            "the Docker SDK for Python is missing; run install.sh (pip install docker)"
-        ) from None
-    try:
-        c = docker.from_env(timeout=int(timeout))
-        c.ping()
-    except docker.errors.DockerException as e:
-        raise EnvironmentProblem(
-            f"no Docker engine answers ({_short(e)}); start one: install.sh installs docker.io "
-            "and starts dockerd (log: /var/log/testbed/dockerd.log)"
-        ) from None
-    return c
-
-
-def _short(e: BaseException) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return text if len(text) < 160 else text[:157] + "..."
 
 
 def container_spec(
@@ -216,6 +194,9 @@ class DockerRuntime:
     def ipr(self, ns: str | None) -> IPRoute:
         return self.net.ipr(ns)
 
+    def proc_net(self, ns: str, names: tuple[str, ...]) -> list[str]:
+        return self.net.proc_net(ns, names)
+
     def build(self) -> None:
         """The nodes (switch namespaces, then the hosts' containers, started in parallel and
         attached), then the network over them."""
@@ -254,7 +235,7 @@ class DockerRuntime:
             c.reload()
         except docker.errors.DockerException as e:
             raise RunFailure(
-                f"container {h.netns} (host {h.name}) did not start: {_short(e)}"
+                f"container {h.netns} (host {h.name}) did not start: {short_error(e)}"
             ) from None
         pid = c.attrs["State"]["Pid"]
         start = proc_start_time(pid) if pid else None
@@ -291,7 +272,7 @@ class DockerRuntime:
             api.exec_start(ex["Id"], detach=True)
         except docker.errors.DockerException as e:
             raise RunFailure(
-                f"cannot start {argv[-1] if argv else '?'} in container {ns}: {_short(e)}"
+                f"cannot start {argv[-1] if argv else '?'} in container {ns}: {short_error(e)}"
             ) from None
         return ContainerProcess(api, ex["Id"], f"{argv[0]} in {ns}")
 
@@ -300,17 +281,7 @@ class DockerRuntime:
     ) -> NodeProcess:
         return self._exec(ns, argv, log_path, env)
 
-    def spawn_python(
-        self,
-        ns: str | None,
-        module: str,
-        argv: list[str],
-        log_path: Path,
-        env: Mapping[str, str] | None = None,
-        preload: Sequence[str] = (),
-        gid: int | None = None,
-        new_uts: bool = False,
-    ) -> NodeProcess:
+    def spawn_python(self, ns: str | None, launch: Launch) -> NodeProcess:
         """`python -m module` with the image's interpreter. No fork server: each container
         imports for itself (its own file system and cgroup), and every container has its own
         hostname already, so `new_uts` has nothing to do. `ns` None: a service of this
@@ -318,10 +289,10 @@ class DockerRuntime:
         from testbed.images import NODE_PYTHON
 
         if ns is None:
-            return spawn_python(None, module, argv, log_path, env, preload)
-
-        user = f"0:{gid}" if gid is not None else ""
-        return self._exec(ns, [NODE_PYTHON, "-m", module, *argv], log_path, env, user)
+            return spawn_python(None, dataclasses.replace(launch, gid=None, new_uts=False))
+        user = f"0:{launch.gid}" if launch.gid is not None else ""
+        argv = [NODE_PYTHON, "-m", launch.module, *launch.argv]
+        return self._exec(ns, argv, launch.log_path, launch.env, user)
 
     def check(self) -> None:
         """A container that stopped (docker kill/stop, OOM, engine restart) ends the run with
@@ -355,7 +326,7 @@ def _remove_containers(engine: Any, names: set[str], run_id: str) -> list[str]:
             all=True, filters={"label": f"{LABEL_RUN}={run_id}"}, ignore_removed=True
         )
     except Exception as e:
-        return [f"cannot list run {run_id}'s containers: {_short(e)}"]
+        return [f"cannot list run {run_id}'s containers: {short_error(e)}"]
     found = {c.name: c for c in listed}
 
     def rm(name: str) -> None:
@@ -370,7 +341,7 @@ def _remove_containers(engine: Any, names: set[str], run_id: str) -> list[str]:
         except docker.errors.NotFound:
             pass
         except Exception as e:
-            problems.append(f"could not remove container {name}: {_short(e)}")
+            problems.append(f"could not remove container {name}: {short_error(e)}")
 
     todo = sorted(names | set(found))
     if todo:
@@ -451,7 +422,7 @@ class DockerKind:
 
         from testbed.images import ensure_node_image
 
-        assert s.docker is not None
+        assert s.runtime_options is not None
         engine = client()
         try:
             clash = engine.containers.list(
@@ -463,17 +434,17 @@ class DockerKind:
                     f"({', '.join(c.name for c in clash)}); pick another id, or run "
                     "`testbed down` if that run is dead"
                 )
-            if s.docker.image is not None:
+            if s.runtime_options.image is not None:
                 try:
-                    engine.images.get(s.docker.image)
+                    engine.images.get(s.runtime_options.image)
                 except docker.errors.DockerException as e:
                     raise ScenarioError(
-                        f"docker.image: {s.docker.image!r} is not usable on this engine "
+                        f"docker.image: {s.runtime_options.image!r} is not usable on this engine "
                         f"({type(e).__name__}); build or load it, or leave docker.image out to "
                         "use testbed's node image"
                     ) from None
-                return s.docker.image
-            return ensure_node_image(engine, build=s.docker.build, progress=progress)
+                return s.runtime_options.image
+            return ensure_node_image(engine, build=s.runtime_options.build, progress=progress)
         finally:
             engine.close()
 
@@ -481,7 +452,7 @@ class DockerKind:
         self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
         gpus: dict[str, list[int]],
     ) -> DockerRuntime:  # fmt: skip
-        return DockerRuntime(plan, state, s.docker, run_dir, prepared, gpus=gpus)
+        return DockerRuntime(plan, state, s.runtime_options, run_dir, prepared, gpus=gpus)
 
     def teardown(self, state: RunState) -> list[str]:
         return teardown(state)
@@ -521,7 +492,7 @@ class DockerKind:
     def node_python(self, s: Any) -> str:
         """A user's image brings its own torch; the default one this machine's torch and a
         Horovod built without NCCL (images/Dockerfile.gpu is the GPU image)."""
-        return "own image" if s.docker.image is not None else "default image"
+        return "own image" if s.runtime_options.image is not None else "default image"
 
     def orphans(self) -> dict[str, list[str]]:
         return (

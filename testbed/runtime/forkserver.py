@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from testbed.runtime.base import PolledProcess
+from testbed.runtime.base import Launch, PolledProcess
 from testbed.stopping import checkpoint
 
 CLONE_NEWUTS = 0x04000000
@@ -265,23 +265,15 @@ class ForkServer:
             why = (msg or {}).get("fatal") or "it exited or did not answer in time"
             raise RunFailure(f"the fork server for {', '.join(self.preload)} failed: {why}")
 
-    def spawn(
-        self,
-        netns_path: Path,
-        module: str,
-        argv: list[str],
-        log_path: Path,
-        env: dict[str, str],
-        gid: int | None = None,
-        new_uts: bool = False,
-    ) -> ForkedProcess:
+    def spawn(self, netns_path: Path, launch: Launch) -> ForkedProcess:
         from testbed.errors import RunFailure
 
         with self._cv:
             rid = self._next
             self._next += 1
-        req = {"id": rid, "module": module, "argv": argv, "env": {**os.environ, **env},
-               "netns": str(netns_path), "uts": new_uts, "gid": gid, "log": str(log_path)}  # fmt: skip
+        req = {"id": rid, "module": launch.module, "argv": list(launch.argv),
+               "env": {**os.environ, **launch.env}, "netns": str(netns_path),
+               "uts": launch.new_uts, "gid": launch.gid, "log": str(launch.log_path)}  # fmt: skip
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
@@ -289,7 +281,9 @@ class ForkServer:
             self._cv.wait_for(lambda: rid in self._replies or not self.alive(), 30)
             reply = self._replies.pop(rid, None)
         if reply is None or "error" in reply:
-            raise RunFailure(f"the fork server could not start {module}: {reply or 'no answer'}")
+            raise RunFailure(
+                f"the fork server could not start {launch.module}: {reply or 'no answer'}"
+            )
         return ForkedProcess(self, reply["pid"])
 
     def exit_code(self, pid: int) -> int | None:

@@ -28,9 +28,9 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed import netlink as nl
 from testbed.errors import EnvironmentProblem, RunFailure, ScenarioError
-from testbed.namespaces import NETNS_DIR, create_netns, remove_netns
 from testbed.runtime import forkserver
-from testbed.runtime.base import NodeProcess
+from testbed.runtime.base import Launch, NodeProcess
+from testbed.runtime.namespaces import NETNS_DIR, create_netns, remove_netns
 from testbed.runtime.network import Network
 from testbed.state import STATE_DIR, RunLock, RunState, proc_start_time
 from testbed.topology import TopologyPlan, link_group, parse_name
@@ -58,6 +58,9 @@ class NetnsRuntime:
     def ipr(self, ns: str | None) -> IPRoute:
         return self.net.ipr(ns)
 
+    def proc_net(self, ns: str, names: tuple[str, ...]) -> list[str]:
+        return self.net.proc_net(ns, names)
+
     def close(self) -> None:
         self.net.close()
 
@@ -78,18 +81,8 @@ class NetnsRuntime:
     ) -> NodeProcess:
         return spawn_in_netns(NETNS_DIR / ns, argv, log_path, env)
 
-    def spawn_python(
-        self,
-        ns: str | None,
-        module: str,
-        argv: list[str],
-        log_path: Path,
-        env: Mapping[str, str] | None = None,
-        preload: Sequence[str] = (),
-        gid: int | None = None,
-        new_uts: bool = False,
-    ) -> NodeProcess:
-        return spawn_python(ns, module, argv, log_path, env, preload, gid, new_uts)
+    def spawn_python(self, ns: str | None, launch: Launch) -> NodeProcess:
+        return spawn_python(ns, launch)
 
     def net_exec(
         self, ns: str, argv: Sequence[str], timeout: float = 20
@@ -101,30 +94,22 @@ class NetnsRuntime:
         """A namespace cannot die by itself while the run holds it."""
 
 
-def spawn_python(
-    ns: str | None,
-    module: str,
-    argv: list[str],
-    log_path: Path,
-    env: Mapping[str, str] | None = None,
-    preload: Sequence[str] = (),
-    gid: int | None = None,
-    new_uts: bool = False,
-) -> NodeProcess:
-    """Start Python program `module` with this interpreter inside namespace `ns` (None: this
-    machine's own, where a run's services such as torch's store live). With `preload`, it is
-    forked (its `main(argv)`) from a server that imported those modules once for this process
-    (see forkserver.py); a group or a UTS namespace needs one."""
+def spawn_python(ns: str | None, launch: Launch) -> NodeProcess:
+    """Start `launch` with this interpreter inside namespace `ns` (None: this machine's own,
+    where a run's services such as torch's store live). With `preload`, it is forked (its
+    `main(argv)`) from a server that imported those modules once for this process (see
+    forkserver.py); a group or a UTS namespace needs one."""
     path = NETNS_DIR / ns if ns is not None else Path(f"/proc/{os.getpid()}/ns/net")
-    if not preload:
-        if gid is not None or new_uts:
+    if not launch.preload:
+        if launch.gid is not None or launch.new_uts:
             raise ValueError("gid and new_uts need the fork server: give preload")
-        return spawn_in_netns(path, [sys.executable, "-m", module, *argv], log_path, env)
-    fs = forkserver.shared(tuple(preload), log_path.parent / "forkserver.log")
+        argv = [sys.executable, "-m", launch.module, *launch.argv]
+        return spawn_in_netns(path, argv, launch.log_path, launch.env)
+    fs = forkserver.shared(launch.preload, launch.log_path.parent / "forkserver.log")
     try:
-        return fs.spawn(path, module, argv, log_path, dict(env or {}), gid=gid, new_uts=new_uts)
+        return fs.spawn(path, launch)
     except RunFailure:
-        forkserver.discard(tuple(preload))
+        forkserver.discard(launch.preload)
         raise
 
 

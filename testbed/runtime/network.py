@@ -21,7 +21,14 @@ from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 
 from testbed import netlink as nl
 from testbed.errors import RunFailure
-from testbed.namespaces import NETNS_DIR, inside, write_sysctl
+from testbed.runtime.namespaces import (
+    inside,
+    netns_fd,
+    open_ipr,
+    open_netlink,
+    read_proc_net,
+    write_sysctl,
+)
 from testbed.shaping.plan import segments_per_packet
 from testbed.shaping.stats import ClassReader
 from testbed.state import RunState
@@ -91,13 +98,6 @@ def disable_offloads(
         et.close()
 
 
-def open_ipr(ns: str | None) -> IPRoute:
-    if ns is not None and not (NETNS_DIR / ns).exists():
-        raise RunFailure(f"network namespace {ns} does not exist")
-    with inside(ns):
-        return IPRoute()
-
-
 class Network:
     """The emulated network of `plan` over its nodes' namespaces, whatever made them (the
     runtime's part): each link, address, route and the management path, every object recorded
@@ -115,8 +115,12 @@ class Network:
         shaping and every counter read share it; each open enters the namespace twice)."""
         sock = self._netlink.get(ns)
         if sock is None:
-            sock = self._netlink[ns] = nl.open_socket(ns)
+            sock = self._netlink[ns] = open_netlink(ns)
         return sock
+
+    def proc_net(self, ns: str, names: tuple[str, ...]) -> list[str]:
+        """/proc/net/<name> of node `ns` for each of `names` (the kernel's TCP counters)."""
+        return read_proc_net(ns, names)
 
     def ipr(self, ns: str | None) -> IPRoute:
         if ns not in self._iprs:
@@ -126,7 +130,6 @@ class Network:
     def close(self) -> None:
         """Every socket the runtime opened: a socket holds its namespace, which the kernel
         frees only once the last one is closed."""
-        self.classes.close()
         for sock in self._netlink.values():
             sock.close()
         self._netlink.clear()
@@ -159,7 +162,7 @@ class Network:
                 ),
             )
             for ns in p.namespaces:
-                fds[ns] = nl.netns_fd(ns)
+                fds[ns] = netns_fd(ns)
             fds[None] = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             create = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}
             configure = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from testbed.runtime import docker, netns
 from testbed.runtime.base import Runtime
+from testbed.runtime.namespaces import names_with_prefix
 from testbed.state import RunState
 from testbed.topology import TopologyPlan
 
@@ -58,3 +59,4 @@ def teardown(state: RunState) -> list[str]:
 # found by name when no state file records it: `testbed down` removes it (runtime/netns.py).
 strays = netns.strays
 remove_strays = netns.remove_strays
+namespaces_named = names_with_prefix  # a run id's names held by another run (orchestrator)

@@ -72,27 +72,13 @@ class ClassReader:
     statistics structures parsed (pyroute2 decodes every attribute of every class, about
     0.3 ms per class; a snapshot of 512 link directions took 1.3 s)."""
 
-    def __init__(self, sockets: Callable[[str], socket.socket] | None = None) -> None:
-        """`sockets`: the runtime's netlink socket of each namespace (it closes them);
-        without it the reader opens and closes its own."""
-        self._shared = sockets
-        self._socks: dict[str, socket.socket] = {}
+    def __init__(self, sockets: Callable[[str], socket.socket]) -> None:
+        """`sockets`: the runtime's netlink socket of each node (the runtime closes them)."""
+        self._sockets = sockets
 
     def read(self, plan: InterfacePlan) -> Counters:
-        ns = plan.end.netns
-        if self._shared is not None:
-            sock = self._shared(ns)
-        else:
-            sock = self._socks.get(ns)
-            if sock is None:
-                sock = self._socks[ns] = nl.open_socket(ns)
-        by_id = dump_classes(sock, plan.end.index)
+        by_id = dump_classes(self._sockets(plan.end.netns), plan.end.index)
         return {name: by_id[cid] for name, cid in plan.classes.items() if cid in by_id}
-
-    def close(self) -> None:
-        for sock in self._socks.values():
-            sock.close()
-        self._socks.clear()
 
 
 def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:

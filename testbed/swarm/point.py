@@ -36,7 +36,7 @@ APPARMOR = (
 
 
 def probe() -> int:
-    from testbed.shaping.probe import HOW, REQUIRED, probe
+    from testbed.runtime.kernel_probe import HOW, REQUIRED, probe
 
     if not remount_proc_sys():
         print(json.dumps({"present": [], "missing": ["mount"], "how": {"mount": APPARMOR}}),

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import RunFailure
-from testbed.runtime.base import NodeProcess, Runtime
+from testbed.runtime.base import Launch, NodeProcess, Runtime
 from testbed.scenario import Scenario
 from testbed.stopping import checkpoint
 from testbed.topology import Host, TopologyPlan
@@ -126,9 +126,8 @@ class Controller:
         """Start `python -m module argv` in host `h`'s node (or namespace `ns`), its output
         in `RUN/<name>/<role>-<host>.log`."""
         log_path = self.dir / f"{role}-{h.name}.log"
-        popen = self.rt.spawn_python(
-            ns or h.netns, module, argv, log_path, env, preload=preload, gid=gid, new_uts=new_uts
-        )
+        launch = Launch(module, argv, log_path, dict(env or {}), tuple(preload), gid, new_uts)
+        popen = self.rt.spawn_python(ns or h.netns, launch)
         p = NodeProc(h, role, popen, out, log_path, waits, finite)
         self.procs.append(p)
         return p

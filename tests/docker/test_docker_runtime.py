@@ -32,10 +32,10 @@ from tests.integration.helpers import (
     reopened_tsdb,
     run_cli,
     run_until,
-    running,
     spawn_up,
+    up_to_kill,
+    wait_running,
 )
-from tests.integration.test_lifecycle import wait_running
 from tests.integration.test_workloads import rows, uplink_bytes
 
 
@@ -253,30 +253,15 @@ def test_kill9_the_guardian_removes_containers_and_their_processes(tmp_path, ima
     every process, without `testbed down`."""
     run_id = "d0c001"
     before = present_objects()
-    proc = spawn_up(str(_long(tmp_path)), "--out", str(tmp_path / "run"), "--run-id", run_id)
-    try:
-        st = wait_running(run_id, proc, timeout=180)
+    with up_to_kill(run_id, str(_long(tmp_path)), "--out", str(tmp_path / "run")) as up:
+        st = up.running(timeout=180)
         assert len(labelled(run_id)) == 3
         time.sleep(2)
         hosts = [n for n in st.namespaces() if not n.endswith("-sw")]
         victims = pids_in(hosts)
         assert len(victims) >= 6, victims  # init, worker and generator in each container
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    deadline = time.monotonic() + 60
-    while (STATE_DIR / f"{run_id}.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not (STATE_DIR / f"{run_id}.json").exists(), "the guardian did not finish in 60 s"
-    # It removes the state file last, then exits; wait for the exit as the netns test does.
-    guardian = st.guardian_pid
-    assert guardian is not None
-    while running(guardian) and time.monotonic() < deadline + 10:
-        time.sleep(0.1)
-    assert not running(guardian), "the guardian did not exit after its teardown"
+        up.kill9()
+        up.guardian_finished(timeout=60)
     assert labelled(run_id) == []
     assert not [p for p in victims if Path(f"/proc/{p}").exists()]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "killed"
@@ -287,18 +272,10 @@ def test_kill9_then_down_leaves_nothing(tmp_path, image):
     """With its guardian killed as well, the state file and the labels let `down` finish."""
     run_id = "d0c002"
     before = present_objects()
-    proc = spawn_up(str(_long(tmp_path)), "--out", str(tmp_path / "run"), "--run-id", run_id)
-    try:
-        st = wait_running(run_id, proc, timeout=180)
+    with up_to_kill(run_id, str(_long(tmp_path)), "--out", str(tmp_path / "run")) as up:
+        st = up.running(timeout=180)
         assert len(labelled(run_id)) == 3
-        assert st.guardian_pid is not None
-        os.kill(st.guardian_pid, signal.SIGKILL)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        up.kill9(guardian=True)
     assert len(labelled(run_id)) == 3, "kill -9 left nothing to clean?"
     r = run_cli("down")
     assert r.returncode == 0, r.stderr

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from testbed.namespaces import NETNS_DIR
 from testbed.orchestrator import run
 from testbed.resolve import load_scenario_data
-from testbed.state import STATE_DIR
+from testbed.runtime.namespaces import NETNS_DIR
+from testbed.state import STATE_DIR, RunState
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -275,3 +275,71 @@ def spawn_up(*args: str) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, "COLUMNS": "120"},
     )
+
+
+def wait_running(run_id: str, proc: subprocess.Popen[str], timeout: float = 30) -> RunState:
+    """The state of run `run_id` once its phase is "running" (`proc`, its `up`, still alive)."""
+    path = STATE_DIR / f"{run_id}.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if path.exists():
+            st = RunState.load(path)
+            if st.phase == "running":
+                return st
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never reached 'running'")
+
+
+class UpToKill:
+    """`testbed up ARGS --run-id RUN_ID`, started for a test that kills it: the one kill -9
+    scaffold of the suite (through `up_to_kill`, which never lets the process outlive the
+    test)."""
+
+    def __init__(self, run_id: str, *args: str) -> None:
+        self.run_id = run_id
+        self.proc = spawn_up(*args, "--run-id", run_id)
+        self.state: RunState | None = None
+
+    def running(self, timeout: float = 30) -> RunState:
+        self.state = wait_running(self.run_id, self.proc, timeout)
+        return self.state
+
+    def kill9(self, guardian: bool = False) -> None:
+        """SIGKILL to `up` (to its guardian first, with `guardian`), and reap it."""
+        if guardian:
+            assert self.state is not None and self.state.guardian_pid is not None
+            os.kill(self.state.guardian_pid, 9)
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def guardian_finished(self, timeout: float = 15) -> float:
+        """Seconds until the guardian removed the state file; then waits for it to exit
+        (it lets go of the lock a moment before its process ends)."""
+        t0 = time.monotonic()
+        path = STATE_DIR / f"{self.run_id}.json"
+        while path.exists() and time.monotonic() - t0 < timeout:
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        assert not path.exists(), f"the guardian did not finish within {timeout:g} s"
+        guardian = self.state.guardian_pid if self.state else None
+        assert guardian is not None
+        deadline = time.monotonic() + 10
+        while running(guardian) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not running(guardian), "the guardian did not exit after its teardown"
+        return took
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextlib.contextmanager
+def up_to_kill(run_id: str, *args: str) -> Iterator[UpToKill]:
+    up = UpToKill(run_id, *args)
+    try:
+        yield up
+    finally:
+        up.close()

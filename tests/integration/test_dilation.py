@@ -127,7 +127,7 @@ def test_the_minimum_rto_is_set_in_every_host_and_its_timeouts_counted(tmp_path)
     dilated; the summary counts the hosts' TCP segments, retransmissions and timeouts."""
     from pathlib import Path
 
-    from testbed.namespaces import inside
+    from testbed.runtime.namespaces import inside
 
     from .helpers import built_network
 

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from testbed.runtime.netns import pids_in
-from testbed.state import STATE_DIR, RunState
+from testbed.state import STATE_DIR
 from tests.bounds import time_at_most
 
-from .helpers import present_objects, run_cli, run_scenario, spawn_up
+from .helpers import present_objects, run_cli, run_scenario, spawn_up, up_to_kill, wait_running
 
 QUICK = """\
 name: quick
@@ -37,19 +37,6 @@ def scenario(
         QUICK.format(duration=duration, mgmt=f", management_prefix: {mgmt}" if mgmt else "")
     )
     return p
-
-
-def wait_running(run_id: str, proc, timeout: float = 30) -> RunState:
-    path = STATE_DIR / f"{run_id}.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if path.exists():
-            st = RunState.load(path)
-            if st.phase == "running":
-                return st
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} never reached 'running'")
 
 
 def test_up_writes_the_run_folder_and_leaves_nothing(tmp_path):
@@ -75,11 +62,8 @@ def test_up_writes_the_run_folder_and_leaves_nothing(tmp_path):
 
 def test_live_run_holds_its_names_and_kill9_leaves_nothing(tmp_path):
     run_id = "c0ffee"
-    proc = spawn_up(
-        str(scenario(tmp_path, "120s")), "--out", str(tmp_path / "run"), "--run-id", run_id
-    )
-    try:
-        st = wait_running(run_id, proc)
+    with up_to_kill(run_id, str(scenario(tmp_path, "120s")), "--out", str(tmp_path / "run")) as up:
+        st = up.running()
         namespaces = st.namespaces()
         assert len(namespaces) == 4 and all(Path("/run/netns", n).exists() for n in namespaces)
         assert pids_in(namespaces), "the workloads run inside the namespaces"
@@ -120,16 +104,9 @@ def test_live_run_holds_its_names_and_kill9_leaves_nothing(tmp_path):
         assert r.returncode == 0 and "left alone" in r.stdout
         assert all(Path("/run/netns", n).exists() for n in namespaces)
 
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    # its guardian removes what the killed run had made (test_reliability covers `down`)
-    deadline = time.monotonic() + 15
-    while (STATE_DIR / f"{run_id}.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+        up.kill9()
+        # its guardian removes what the killed run had made (test_reliability covers `down`)
+        up.guardian_finished()
     assert not any(Path("/run/netns", n).exists() for n in namespaces)
     assert not Path(f"/sys/class/net/tb{run_id}").exists()
     assert not (STATE_DIR / f"{run_id}.json").exists()

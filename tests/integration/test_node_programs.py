@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import RunFailure
+from testbed.runtime.base import Launch
 from testbed.runtime.forkserver import ForkServer
 from testbed.window import Window
 
@@ -49,10 +50,10 @@ def server(tmp_path, monkeypatch):
 def test_fork_server_runs_programs_as_asked(server, tmp_path):
     netns = Path("/proc/self/ns/net")  # our own namespace: setns into it is allowed to root
     hostname = os.uname().nodename
-    ok = server.spawn(netns, "tbchild", [str(tmp_path / "a"), "0"], tmp_path / "a.log",
-                      {"SEEN": "yes"}, gid=64242, new_uts=True)  # fmt: skip
-    code = server.spawn(netns, "tbchild", [str(tmp_path / "b"), "7"], tmp_path / "b.log", {})
-    boom = server.spawn(netns, "tbchild", [str(tmp_path / "c"), "fail"], tmp_path / "c.log", {})
+    ok = server.spawn(netns, Launch("tbchild", [str(tmp_path / "a"), "0"], tmp_path / "a.log",
+                                    {"SEEN": "yes"}, gid=64242, new_uts=True))  # fmt: skip
+    code = server.spawn(netns, Launch("tbchild", [str(tmp_path / "b"), "7"], tmp_path / "b.log"))
+    boom = server.spawn(netns, Launch("tbchild", [str(tmp_path / "c"), "fail"], tmp_path / "c.log"))
     assert (ok.wait(10), code.wait(10), boom.wait(10)) == (0, 7, 1)
     name, gid, seen = (tmp_path / "a").read_text().split()
     assert (name, gid, seen) == (hostname, "64242", "yes")  # own UTS namespace, same name
@@ -61,11 +62,11 @@ def test_fork_server_runs_programs_as_asked(server, tmp_path):
 
 
 def test_fork_server_reports_a_child_killed_by_a_signal(server, tmp_path):
-    p = server.spawn(Path("/proc/self/ns/net"), "time", [], tmp_path / "t.log", {})
+    p = server.spawn(Path("/proc/self/ns/net"), Launch("time", [], tmp_path / "t.log"))
     # `time` has no main(): the child fails at once with a traceback in its own log
     assert p.wait(10) == 1 and "main" in (tmp_path / "t.log").read_text()
     bad = Path("/run/netns/tb-no-such-namespace")
-    q = server.spawn(bad, "tbchild", [str(tmp_path / "x"), "0"], tmp_path / "x.log", {})
+    q = server.spawn(bad, Launch("tbchild", [str(tmp_path / "x"), "0"], tmp_path / "x.log"))
     assert q.wait(10) == 1 and "No such file" in (tmp_path / "x.log").read_text()
 
 

@@ -19,13 +19,13 @@ import pytest
 from testbed.metrics import prometheus as prom
 from testbed.metrics.exporters import orchestrator_exporter
 from testbed.metrics.prometheus import Prometheus, cross_check
-from testbed.namespaces import NETNS_DIR, create_netns
+from testbed.runtime.namespaces import NETNS_DIR, create_netns
 from testbed.runtime.netns import kill_processes, pids_in, spawn_in_netns
 from testbed.runtime.registry import teardown
 from testbed.state import STATE_DIR, RunState
 
-from .helpers import ROOT, present_objects, run_cli, running, spawn_up
-from .test_lifecycle import scenario, wait_running
+from .helpers import ROOT, present_objects, run_cli, running, spawn_up, up_to_kill, wait_running
+from .test_lifecycle import scenario
 
 HOROVOD = """\
 name: hvd
@@ -50,13 +50,6 @@ def run_processes(st: RunState) -> list[int]:
     return [p for p in pids if running(p)]
 
 
-def wait_gone(path: Path, timeout: float = 20) -> float:
-    t0 = time.monotonic()
-    while path.exists() and time.monotonic() - t0 < timeout:
-        time.sleep(0.05)
-    return time.monotonic() - t0
-
-
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus: install.sh")
 def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
     """kill -9 of `up` during a Horovod + web-search run with Prometheus and an external file_sd
@@ -71,9 +64,8 @@ def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
         rid = run_id[:-1] + str(i)
         path = tmp_path / f"h{i}.yaml"
         path.write_text(HOROVOD.format(metrics=mode, file_sd=file_sd))
-        proc = spawn_up(str(path), "--out", str(tmp_path / f"run{i}"), "--run-id", rid)
-        try:
-            st = wait_running(rid, proc, timeout=120)
+        with up_to_kill(rid, str(path), "--out", str(tmp_path / f"run{i}")) as up:
+            st = up.running(timeout=120)
             time.sleep(2)
             victims = run_processes(st)
             assert len(victims) >= 6, victims  # 3 workers + 3 generators at least
@@ -82,20 +74,10 @@ def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
                 assert any(o["kind"] == "file" for o in st.objects)
             else:
                 assert any(o.get("name") == "prometheus" for o in st.objects)
-            guardian = st.guardian_pid
-            assert guardian and running(guardian)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        took = wait_gone(STATE_DIR / f"{rid}.json")
+            assert st.guardian_pid and running(st.guardian_pid)
+            up.kill9()
+            took = up.guardian_finished(timeout=20)
         assert took < 15, f"the guardian did not finish within 15 s ({took:.1f} s)"
-        deadline = time.monotonic() + 5
-        while running(guardian) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not running(guardian), "the guardian did not exit after its teardown"
         left = [p for p in victims if running(p)]
         assert not left, f"processes of the run outlived it: {left}"
         assert not (sd / f"testbed-{rid}.json").exists(), "file_sd entry left for Prometheus"
@@ -111,20 +93,9 @@ def test_kill9_takes_every_process_and_the_guardian_removes_the_rest(tmp_path):
 def test_kill9_of_orchestrator_and_guardian_then_down(tmp_path):
     """Should the guardian die too, the state file names everything and `down` removes it."""
     run_id = "c0ffee"
-    proc = spawn_up(
-        str(scenario(tmp_path, "120s")), "--out", str(tmp_path / "run"), "--run-id", run_id
-    )
-    try:
-        st = wait_running(run_id, proc)
-        namespaces = st.namespaces()
-        assert st.guardian_pid is not None
-        os.kill(st.guardian_pid, signal.SIGKILL)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with up_to_kill(run_id, str(scenario(tmp_path, "120s")), "--out", str(tmp_path / "run")) as up:
+        namespaces = up.running().namespaces()
+        up.kill9(guardian=True)
     time.sleep(0.5)
     assert all(Path("/run/netns", n).exists() for n in namespaces), "nothing left to clean?"
     assert not pids_in(namespaces), "the node processes died with the orchestrator"

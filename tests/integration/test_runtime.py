@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from pyroute2.ethtool import Ethtool
 
-from testbed.namespaces import inside
+from testbed.runtime.namespaces import inside
 from tests.bounds import time_at_most
 
 from .helpers import built_network, run_scenario
@@ -122,7 +122,7 @@ def test_delay_needs_netem_and_says_so(tmp_path):
     """With sch_netem the delay shows in the round trip; without it the run says so and goes on.
     Which case this machine is comes from the kernel itself (tc), not from testbed's probe: a
     probe that wrongly said "no netem" would drop the delay silently and still pass."""
-    from testbed.shaping.probe import probe
+    from testbed.runtime.kernel_probe import probe
 
     has_netem = kernel_has_netem()
     assert probe().has("netem") == has_netem
@@ -158,7 +158,7 @@ def test_class_counters_read_in_bulk_count_the_packets_sent(network):
     h1, h2, _ = topo.hosts
     prof = TcProfile.model_validate(load_profile_data("thesis-2band", None))
     plans = plan_links(topo.link_ends(), LinkSpec(100_000_000), prof, False)
-    apply_plans(plans)
+    apply_plans(plans, rt.netlink)
     # 30 echo requests marked CS1 (TOS 0x20): the low class of h1's uplink, h2's downlink
     sent = in_ns(h1.netns, "ping", "-q", "-c", "30", "-i", "0.01", "-Q", "0x20", "-s", "1000",
                  str(h2.data_ip))  # fmt: skip

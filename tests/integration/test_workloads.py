@@ -16,8 +16,7 @@ from testbed.workloads.training.timeline import events, spans
 from tests.bounds import time_at_most
 from tests.needs import need
 
-from .helpers import ROOT, run_cli, run_scenario, spawn_up
-from .test_lifecycle import wait_running
+from .helpers import ROOT, UpToKill, run_cli, run_scenario, up_to_kill
 
 need("horovod.torch", "Horovod is installed by install.sh")
 
@@ -201,21 +200,20 @@ def test_each_workload_lands_in_its_class(tmp_path):
     assert web_bytes <= uplink_bytes(s, "high") < 1.3 * web_bytes + 1_000_000
 
 
-def spawn_long_job(tmp_path: Path, run_id: str, out: Path):
+def long_job(tmp_path: Path, run_id: str, out: Path) -> UpToKill:
     """`testbed up` of a 120 s Horovod-only run on 3 hosts, for tests that kill a part of it."""
     p = tmp_path / "s.yaml"
     p.write_text(
         "name: kill\nduration: 120s\ntopology: {hosts: 3, link_rate: 1gbit}\n"
         "workloads: {horovod: {model_size: 1MB, compute_time: 200ms}}\n"
     )
-    return spawn_up(str(p), "--out", str(out), "--run-id", run_id)
+    return up_to_kill(run_id, str(p), "--out", str(out))
 
 
 def test_killed_worker_ends_the_run_with_records_kept(tmp_path):
     run_id, out = "de4d02", tmp_path / "run"
-    proc = spawn_long_job(tmp_path, run_id, out)
-    try:
-        st = wait_running(run_id, proc)
+    with long_job(tmp_path, run_id, out) as up:
+        st = up.running()
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and not (
             (out / "horovod" / "iterations-h2.csv").is_file()
@@ -224,10 +222,8 @@ def test_killed_worker_ends_the_run_with_records_kept(tmp_path):
             time.sleep(0.5)
         for pid in pids_in([f"tb-{run_id}-h2"]):
             os.kill(pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        _, err = up.proc.communicate(timeout=60)
+    proc = up.proc
     assert proc.returncode == 1
     assert "horovod: worker on h2 exited with code -9" in err and "Traceback" not in err
     assert not any(Path("/run/netns", n).exists() for n in st.namespaces())
@@ -240,25 +236,22 @@ def test_workers_die_with_a_killed_orchestrator(tmp_path):
     --pdeathsig), and each worker dies with the server (PDEATHSIG set after its group change,
     which would clear it): kill -9 of `up` leaves no training process, even before `down`."""
     run_id, out = "de4d03", tmp_path / "run"
-    proc = spawn_long_job(tmp_path, run_id, out)
     try:
-        st = wait_running(run_id, proc)
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline and not all(
-            (out / "horovod" / f"iterations-h{i}.ready").exists() for i in (1, 2, 3)
-        ):
-            time.sleep(0.2)
-        hosts = [n for n in st.namespaces() if not n.endswith("-sw")]
-        assert len(pids_in(hosts)) == 3
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while pids_in(hosts) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert pids_in(hosts) == [], "workers outlived the orchestrator"
+        with long_job(tmp_path, run_id, out) as up:
+            st = up.running()
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline and not all(
+                (out / "horovod" / f"iterations-h{i}.ready").exists() for i in (1, 2, 3)
+            ):
+                time.sleep(0.2)
+            hosts = [n for n in st.namespaces() if not n.endswith("-sw")]
+            assert len(pids_in(hosts)) == 3
+            up.kill9()
+            deadline = time.monotonic() + 10
+            while pids_in(hosts) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert pids_in(hosts) == [], "workers outlived the orchestrator"
     finally:
-        if proc.poll() is None:
-            proc.kill()
         run_cli("down")
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
+from testbed.runtime.declared import DockerOptions
 from testbed.runtime.docker import container_spec
-from testbed.scenario import DockerOptions
 from testbed.topology import single_tor
 
 BASE = {"name": "d", "topology": {"hosts": 3}}

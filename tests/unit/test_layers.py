@@ -103,14 +103,95 @@ def test_no_runtime_is_named_outside_runtime():
     assert offenders == []
 
 
+SCHEMA = ("scenario.py", "reference.py")  # the scenario's schema and its reference
+
+
+def _outside_runtime() -> list[tuple[Path, ast.Module]]:
+    return [
+        (p.relative_to(PACKAGE), ast.parse(p.read_text()))
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.relative_to(PACKAGE).parts[0] != "runtime"
+    ]
+
+
+def node_access(rel: Path, tree: ast.Module, runtime_names: tuple[str, ...]) -> list[str]:
+    """What in one module outside runtime/ reaches into a node or names a runtime: an import
+    of pyroute2's netns, of runtime/namespaces.py or of a runtime's own module; a setns or
+    nsenter call; a namespace's path; in the schema's modules, a runtime's name."""
+    forbidden = {"pyroute2.netns", "testbed.runtime.namespaces"}
+    forbidden |= {f"testbed.runtime.{n}" for n in runtime_names}
+    schema = rel.as_posix() in SCHEMA  # "netns" elsewhere may be a kind of object, not a runtime
+    out = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        out += [f"{rel}:{node.lineno}: imports {n}" for n in names if n in forbidden]
+        if isinstance(node, ast.Attribute | ast.Name) and (
+            getattr(node, "attr", None) == "setns" or getattr(node, "id", None) == "setns"
+        ):
+            out.append(f"{rel}:{node.lineno}: setns")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            v = node.value
+            if "/run/netns" in v or (v == "nsenter" and rel.name != "preflight.py"):
+                out.append(f"{rel}:{node.lineno}: {v[:40]!r}")
+            if schema and v in runtime_names:
+                out.append(f"{rel}:{node.lineno}: names runtime {v!r}")
+    return out
+
+
+def test_no_module_outside_runtime_opens_a_namespace_or_names_a_runtime():
+    """A runtime whose nodes live elsewhere (another machine) replaces runtime/, not its
+    callers: every other stage reaches a node through the Runtime it is given (netlink
+    sockets, /proc, processes), and the schema lists runtimes from runtime/declared.py."""
+    from testbed.runtime import declared
+
+    names = declared.names()
+    found = [hit for rel, tree in _outside_runtime() for hit in node_access(rel, tree, names)]
+    assert found == []
+
+
+def test_node_access_is_found():
+    """So that the test above can fail: each kind of access, in made-up modules."""
+    code = (
+        "from pyroute2 import netns\n"
+        "import testbed.runtime.docker\n"
+        "from testbed.runtime.namespaces import inside\n"
+        "os.setns(fd, 0)\n"
+        "p = '/run/netns/x'\n"
+    )
+    hits = node_access(Path("live.py"), ast.parse(code), ("netns", "docker"))
+    assert sorted(h.split(": ", 1)[1] for h in hits) == [
+        "'/run/netns/x'",
+        "imports pyroute2.netns",
+        "imports testbed.runtime.docker",
+        "imports testbed.runtime.namespaces",
+        "setns",
+    ]
+    schema = node_access(Path("scenario.py"), ast.parse("x = 'docker'"), ("netns", "docker"))
+    assert schema == ["scenario.py:1: names runtime 'docker'"]
+
+
+def test_declared_runtimes_are_the_registered_ones():
+    """The schema's runtimes (runtime/declared.py) and the runtimes a run can make
+    (runtime/registry.py) are the same names."""
+    from testbed.runtime import declared, registry
+
+    assert set(declared.names()) == set(registry.RUNTIMES)
+    for name, kind in registry.RUNTIMES.items():
+        assert kind.name == name
+
+
 # The layers of README.md's map, bottom to top; a module imports from its own layer or below.
 # A pattern with * is a kind's module by its role; the most specific pattern wins.
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["testbed", "testbed.units", "testbed.fields", "testbed.errors",
                      "testbed.window", "testbed.state", "testbed.stopping", "testbed.addressing",
-                     "testbed.paths", "testbed.hostcpu", "testbed.namespaces", "testbed.netlink",
+                     "testbed.paths", "testbed.hostcpu", "testbed.runtime.declared", "testbed.netlink",
                      "testbed.shaping.profile", "testbed.metrics", "testbed.metrics.exporters",
-                     "testbed.tcpstats"]),
+                     "testbed.tcpstats", "testbed.summary"]),
     ("the kinds, declared", ["testbed.workloads", "testbed.workloads.registry",
                              "testbed.workloads.reporting", "testbed.workloads.base",
                              "testbed.workloads.kinds", "testbed.workloads.flows",
@@ -126,11 +207,11 @@ LAYERS: list[tuple[str, list[str]]] = [
                            "testbed.workloads.*.predict", "testbed.workloads.training.ddp",
                            "testbed.workloads.training.horovod", "testbed.workloads.training.gpus",
                            "testbed.runs"]),
-    ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian",
+    ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian", "testbed.ending",
                         "testbed.access", "testbed.budget_probe"]),
     ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate", "testbed.swarm",
                  "testbed.swarm.*"]),
-    ("the command", ["testbed.cli"]),
+    ("the command", ["testbed.cli", "testbed.views"]),
 ]  # fmt: skip
 
 

@@ -395,11 +395,11 @@ def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, mo
     """A cached answer serves while the boot and the loaded modules are the same; a module
     loaded since (say sch_netem) makes testbed probe again."""
     from testbed import preflight
-    from testbed.shaping.probe import Capabilities
+    from testbed.runtime.kernel_probe import Capabilities
 
     monkeypatch.setattr(preflight, "KERNEL_CACHE", tmp_path / "cache")
     probes: list[int] = []
-    from testbed.shaping.probe import REQUIRED
+    from testbed.runtime.kernel_probe import REQUIRED
 
     full = frozenset(REQUIRED)
 

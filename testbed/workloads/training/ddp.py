@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from testbed.errors import RunFailure
-from testbed.runtime.base import NodeProcess
+from testbed.runtime.base import Launch, NodeProcess
 from testbed.stopping import checkpoint
 from testbed.workloads.marking import mark_group
 from testbed.workloads.training.horovod import HorovodJob, nccl_env
@@ -57,10 +57,9 @@ class DdpJob(HorovodJob):
         port_file = self.dir / "store.port"
         port_file.unlink(missing_ok=True)
         addr = str(self.topo.mgmt_bridge_ip)
-        self.store = self.rt.spawn_python(
-            None, STORE_MODULE, [addr, str(len(self.hosts())), str(port_file)],
-            self.dir / "store.log", {}, preload=PRELOAD,
-        )  # fmt: skip
+        argv = [addr, str(len(self.hosts())), str(port_file)]
+        launch = Launch(STORE_MODULE, argv, self.dir / "store.log", preload=tuple(PRELOAD))
+        self.store = self.rt.spawn_python(None, launch)
         deadline = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text().strip():
             if self.store.poll() is not None:

@@ -8,14 +8,13 @@ leaves nothing its guardian or `testbed down` does not know of.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute, netns, protocols
+from pyroute2 import protocols
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.namespaces import create_netns, inside
+from testbed.runtime.namespaces import scratch
 from testbed.shaping.apply import tc_call
 from testbed.shaping.plan import Redirect
 from testbed.topology import NETNS_NAMES
@@ -49,17 +48,8 @@ class Capabilities:
 def probe(name: str | None = None) -> Capabilities:
     name = name or NETNS_NAMES["lone probe"].format(pid=os.getpid())
     present: set[str] = set()
-    create_netns(name)
-    try:
-        with inside(name):
-            ipr = IPRoute()
-        try:
-            _try_all(ipr, present)
-        finally:
-            ipr.close()
-    finally:
-        with contextlib.suppress(OSError):
-            netns.remove(name)
+    with scratch(name) as ipr:
+        _try_all(ipr, present)
     return Capabilities(frozenset(present))
 
 
