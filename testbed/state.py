@@ -27,8 +27,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from testbed.runtime.declared import DEFAULT
-
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 
 
@@ -47,7 +45,9 @@ class RunState:
     run_id: str
     scenario: str
     out_dir: str
-    runtime: str = DEFAULT  # a state file written before runtimes were recorded
+    # a state file written before runtimes were recorded: runtime/declared.py's DEFAULT (not
+    # imported: the guardian reads this module, and pydantic would double its start)
+    runtime: str = "netns"
     pid: int = field(default_factory=os.getpid)
     pid_start: int | None = None
     started_at: float = field(default_factory=time.time)

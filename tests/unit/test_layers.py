@@ -182,6 +182,9 @@ def test_declared_runtimes_are_the_registered_ones():
     assert set(declared.names()) == set(registry.RUNTIMES)
     for name, kind in registry.RUNTIMES.items():
         assert kind.name == name
+    from testbed.state import RunState
+
+    assert RunState.__dataclass_fields__["runtime"].default == declared.DEFAULT
 
 
 # The layers of README.md's map, bottom to top; a module imports from its own layer or below.
