@@ -84,6 +84,23 @@ def spread_text(s: dict[str, Any]) -> str:
     return f"{fmt_pct(s['mean'])} [{s['min']:+.0f}, {s['max']:+.0f}]"
 
 
+def print_outcome(console: Console, outcome: Any, done: int, total: int) -> None:
+    """One line per finished point (also where no live display is drawn), its failed checks."""
+    p = outcome.point
+    if outcome.status == "failed":
+        console.print(
+            f"[red]run #{p.index} failed[/] ({p.title}): {outcome.error}", highlight=False
+        )
+    elif outcome.status == "ok":
+        console.print(
+            f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}"
+            + (f", expect: {outcome.expect_column}" if outcome.checks else ""),
+            highlight=False,
+        )
+    for line in outcome.failed_checks:
+        console.print(f"  [red]{line}[/]", highlight=False, soft_wrap=True)
+
+
 class PointUI:
     """One sweep point's phases and running bar, on a single line of the sweep display."""
 
@@ -171,19 +188,7 @@ class SweepUI:
         if self.overall is None:
             self.overall = self.p.add_task("sweep", total=total)
         self.p.update(self.overall, completed=done)
-        p = outcome.point
-        if outcome.status == "failed":
-            self.p.console.print(
-                f"[red]run #{p.index} failed[/] ({p.title}): {outcome.error}", highlight=False
-            )
-        elif outcome.status == "ok":  # one line per run, also where no live display is drawn
-            self.p.console.print(
-                f"[{done}/{total}] ok in {outcome.wall_s:.0f} s: #{p.index} {p.title}"
-                + (f", expect: {outcome.expect_column}" if outcome.checks else ""),
-                highlight=False,
-            )
-        for line in outcome.failed_checks:
-            self.p.console.print(f"  [red]{line}[/]", highlight=False, soft_wrap=True)
+        print_outcome(self.p.console, outcome, done, total)
 
 
 def fmt_duration(seconds: float) -> str:

@@ -277,18 +277,24 @@ def spawn_up(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_running(run_id: str, proc: subprocess.Popen[str], timeout: float = 30) -> RunState:
-    """The state of run `run_id` once its phase is "running" (`proc`, its `up`, still alive)."""
+def wait_phase(
+    run_id: str, proc: subprocess.Popen[str], phase: str, timeout: float = 30
+) -> RunState:
+    """The state of run `run_id` once its phase starts with `phase` (`proc`, its `up`, alive)."""
     path = STATE_DIR / f"{run_id}.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         if path.exists():
             st = RunState.load(path)
-            if st.phase == "running":
+            if st.phase.startswith(phase):
                 return st
         time.sleep(0.1)
-    raise AssertionError(f"run {run_id} never reached 'running'")
+    raise AssertionError(f"run {run_id} never reached {phase!r}")
+
+
+def wait_running(run_id: str, proc: subprocess.Popen[str], timeout: float = 30) -> RunState:
+    return wait_phase(run_id, proc, "running", timeout)
 
 
 class UpToKill:

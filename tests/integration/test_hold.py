@@ -16,7 +16,7 @@ import pytest
 from testbed import hostcpu
 from testbed.state import STATE_DIR, RunState
 from tests.bounds import rate_at_least
-from tests.integration.helpers import foreign_runs, run_cli, running, spawn_up
+from tests.integration.helpers import foreign_runs, run_cli, running, spawn_up, wait_phase
 
 RATE = 50e6
 # iperf3 counts TCP payload; HTB counts whole frames: 1448 B of payload (MSS 1460 less 12 B of
@@ -31,16 +31,7 @@ def _scenario(tmp_path: Path, extra: str = "") -> Path:
 
 
 def wait_held(run_id: str, proc: subprocess.Popen[str], timeout: float = 60) -> RunState:
-    path = STATE_DIR / f"{run_id}.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if path.exists():
-            st = RunState.load(path)
-            if st.phase.startswith("held"):
-                return st
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} was never held")
+    return wait_phase(run_id, proc, "held", timeout)
 
 
 def tb_exec(run_id: str, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
