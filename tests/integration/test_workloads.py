@@ -251,6 +251,7 @@ def test_workers_die_with_a_killed_orchestrator(tmp_path):
             while pids_in(hosts) and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert pids_in(hosts) == [], "workers outlived the orchestrator"
+            up.guardian_finished()  # its teardown, and its exit, before the test's end
     finally:
         run_cli("down")
 
