@@ -67,8 +67,8 @@ def _type(prop: dict[str, Any]) -> str:
         return " \\| ".join(f"`{v}`" for v in prop["enum"])
     if "const" in prop:
         return f"`{prop['const']}`"
-    if "anyOf" in prop:
-        alts = [_type(a) for a in prop["anyOf"] if a.get("type") != "null"]
+    if "anyOf" in prop or "oneOf" in prop:
+        alts = [_type(a) for a in prop.get("anyOf", prop.get("oneOf")) if a.get("type") != "null"]
         return " or ".join(dict.fromkeys(alts))
     t = prop.get("type")
     if t == "array":
@@ -190,6 +190,9 @@ def markdown() -> str:
         model = kind.config.__name__
         schema = defs.get(model) or defs.get(f"{model}_{name}") or {}
         out += ["", f"### kind: {name}", "", _cell(kind.doc), "", *_table(schema, COMMON)]
+        for part in kind.models:  # its fields' own models (a training job's policies)
+            sub = defs.get(part.__name__) or part.model_json_schema()
+            out += ["", f"#### {part.__name__}", "", _cell(part.__doc__ or ""), "", *_table(sub)]
         out += ["", "Its summary section (`<instance>.…` in `expect:`, `summary.json`):", ""]
         out += _shape(dict(kind.summary), "")
     return "\n".join(out) + "\n"

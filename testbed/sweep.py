@@ -161,6 +161,8 @@ def _slug(values: list[str]) -> str:
 # Fields added after sweeps had run, whose default is what every run did before they existed:
 # left out of a point's identity at that default, so that a finished point stays finished.
 LATER_FIELDS: dict[tuple[str, ...], Any] = {("topology", "link_mode"): "exact"}
+# the same, in every workload instance
+LATER_INSTANCE_FIELDS: dict[str, Any] = {"policy": {"kind": "static"}}
 
 
 def identity_of(s: Scenario) -> str:
@@ -178,6 +180,9 @@ def identity_of(s: Scenario) -> str:
             node.pop(key, None)
     for name, instance in s.workloads.items():
         w = data["workloads"][name]
+        for key, default in LATER_INSTANCE_FIELDS.items():
+            if w.get(key, default) == default:
+                w.pop(key, None)
         for field_name in kinds.get(instance.kind).files:
             if w.get(field_name) and Path(w[field_name]).is_file():
                 digest = hashlib.sha256(Path(w[field_name]).read_bytes()).hexdigest()

@@ -7,33 +7,43 @@ from testbed.errors import EnvironmentProblem
 from testbed.runtime.base import Runtime
 
 
-def mark_group(rt: Runtime, ns: str, ifname: str, gid: int, dscp: int, who: str) -> None:
+def mark_group(
+    rt: Runtime, ns: str, ifname: str, gid: int, dscp: int, who: str, switchable: bool = False
+) -> None:
     """Mark with `dscp` every packet that processes of group `gid` send out of `ifname` in
     namespace `ns`: a job whose sockets are opened by a library (Gloo, NCCL, Horovod) cannot
     mark them itself. iptables is the one tool with an owner match and a DSCP target that every kernel
     here supports; pyroute2's nftables API cannot express them. The rule lives in the node's
     own namespace and goes with it; it is made from this machine, in that namespace only, so
-    a container needs no capability for it."""
-    cmd = [
-        "iptables",
-        "-w",
-        "-t",
-        "mangle",
-        "-A",
-        "OUTPUT",
-        "-o",
-        ifname,
-        "-m",
-        "owner",
-        "--gid-owner",
-        str(gid),
-        "-j",
-        "DSCP",
-        "--set-dscp",
-        str(dscp),
-    ]
+    a container needs no capability for it. `switchable`: the DSCP rule sits alone in a chain
+    of its own (chain_of(gid)), so that `set_mark` changes it with one call while the job
+    runs (a policy switching the job's class)."""
+    if not switchable:
+        _iptables(rt, ns, who, "-A", "OUTPUT", *_owner(ifname, gid), "-j", "DSCP",
+                  "--set-dscp", str(dscp))  # fmt: skip
+        return
+    chain = chain_of(gid)
+    _iptables(rt, ns, who, "-N", chain)
+    _iptables(rt, ns, who, "-A", chain, "-j", "DSCP", "--set-dscp", str(dscp))
+    _iptables(rt, ns, who, "-A", "OUTPUT", *_owner(ifname, gid), "-j", chain)
+
+
+def set_mark(rt: Runtime, ns: str, gid: int, dscp: int, who: str) -> None:
+    """The DSCP a switchable mark (mark_group(switchable=True)) gives from now on."""
+    _iptables(rt, ns, who, "-R", chain_of(gid), "1", "-j", "DSCP", "--set-dscp", str(dscp))
+
+
+def chain_of(gid: int) -> str:
+    return f"TB-MARK-{gid}"
+
+
+def _owner(ifname: str, gid: int) -> list[str]:
+    return ["-o", ifname, "-m", "owner", "--gid-owner", str(gid)]
+
+
+def _iptables(rt: Runtime, ns: str, who: str, *args: str) -> None:
     try:
-        r = rt.net_exec(ns, cmd)
+        r = rt.net_exec(ns, ["iptables", "-w", "-t", "mangle", *args])
     except FileNotFoundError:
         raise EnvironmentProblem(
             "iptables is missing; install it (apt-get install iptables)"

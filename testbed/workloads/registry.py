@@ -58,6 +58,7 @@ class Kind:
         "highest"  # its class when none is named: highest, or the profile's default
     )
     doc: str = ""
+    models: tuple[type[Any], ...] = ()  # its fields' own models, in the reference under it
     aliases: tuple[str, ...] = field(default_factory=tuple)
 
     def serving(self, cfg: Any, every: list[str]) -> set[str]:

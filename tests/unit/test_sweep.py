@@ -305,3 +305,20 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert sw.identity_of(s) == before
     assert sw.identity_of(with_overrides(s, {"topology.link_mode": "fast"})) != before
+
+
+def test_a_training_policy_at_its_default_keeps_finished_points_finished():
+    """A training job's `policy` came after sweeps had run: static (what every run did) is
+    left out of a point's identity, and any other policy makes the point another one."""
+    import hashlib
+
+    s = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "thesis-mini.yaml")
+    data = s.model_dump(mode="json")
+    for k in ("name", "description"):
+        data.pop(k, None)
+    del data["topology"]["link_mode"]
+    assert data["workloads"]["horovod"].pop("policy") == {"kind": "static"}
+    before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    assert sw.identity_of(s) == before
+    adaptive = with_overrides(s, {"workloads.horovod.policy": "adaptive"})
+    assert sw.identity_of(adaptive) != before

@@ -21,7 +21,6 @@ from typing import Any
 from testbed.errors import RunFailure
 from testbed.runtime.base import Launch, NodeProcess
 from testbed.stopping import checkpoint
-from testbed.workloads.marking import mark_group
 from testbed.workloads.training.horovod import HorovodJob, nccl_env
 from testbed.workloads.training.spec import fusion_of
 
@@ -78,8 +77,7 @@ class DdpJob(HorovodJob):
         cfg = self._config()
         config.write_text(json.dumps(cfg))
         hosts = self.hosts()
-        for h in hosts:
-            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp, self.name)
+        self._mark(hosts)
         store = self._start_store()
         base_env = {
             "GLOO_SOCKET_IFNAME": "eth0",

@@ -38,8 +38,10 @@ from testbed.topology import Host
 from testbed.workloads.controller import Context, Controller
 from testbed.workloads.marking import mark_group
 from testbed.workloads.procs import count_rows, read_csvs
+from testbed.workloads.registry import load
 from testbed.workloads.training.gpus import devices
 from testbed.workloads.training.horovod_worker import FIELDS
+from testbed.workloads.training.policies import POLICIES
 from testbed.workloads.training.rendezvous import RendezvousStore
 from testbed.workloads.training.spec import HorovodWorkload, iterations_file, layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, breakdown
@@ -101,6 +103,7 @@ class HorovodJob(Controller):
     def __init__(self, name: str, cfg: HorovodWorkload, ctx: Context) -> None:
         super().__init__(name, cfg, ctx)
         self.rdv: Rendezvous | None = None
+        self.policy: Any = None  # the policy's runner (policies.py), when it acts
         gpus = devices(cfg, self.hosts())  # the same devices the docker runtime passes through
         self.devices = [gpus.get(h.name, []) for h in self.hosts()]
 
@@ -165,13 +168,32 @@ class HorovodJob(Controller):
     def _out(self, h: Host) -> Path:
         return self.dir / f"iterations-{h.name}.csv"
 
+    def out_of(self, h: Host) -> Path:
+        """Worker `h`'s iteration records (flushed as each iteration ends)."""
+        return self._out(h)
+
+    def _mark(self, hosts: list[Host]) -> None:
+        """The workers' DSCP rule on every host, switchable when the policy acts while the
+        job runs; then the policy's runner (policies.py), if any."""
+        decl = POLICIES[self.cfg.policy.kind]
+        for h in hosts:
+            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp, self.name,
+                       switchable=decl.runner is not None)  # fmt: skip
+        if decl.runner is not None:
+            self.policy = load(decl.runner)(self)
+            if (why := self.policy.warning()) is not None:
+                log.warning("%s: %s", self.name, why)
+
+    def tick(self, now: float) -> None:
+        if self.policy is not None:
+            self.policy.tick(now)
+
     def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "worker-config.json"
         config.write_text(json.dumps(self._config()))
         hosts = self.hosts()
-        for h in hosts:
-            mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp, self.name)
+        self._mark(hosts)
         self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), hosts)
         base_env = {
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(self.topo.mgmt_bridge_ip),
@@ -273,6 +295,8 @@ class HorovodJob(Controller):
 
     def stop(self) -> None:
         super().stop()
+        if self.policy is not None:
+            self.policy.close()
         if self.rdv is not None:
             self.rdv.stop()
             self.rdv = None
@@ -317,6 +341,7 @@ class HorovodJob(Controller):
             "class": d.tc_class,
             "mode": self.cfg.mode,
             **self._timeline([r for r in inside if int(r["rank"]) == 0]),
+            **({"policy": self.policy.section(win.start, win.stop)} if self.policy else {}),
         }
 
     def _timeline(self, rank0: list[dict[str, Any]]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def predicted(run: Run, name: str) -> float | None:
 def describe(run: Run, name: str, h: dict[str, Any]) -> dict[str, Any]:
     return {"workers": h["workers"], "iterations": h["iterations"], "class": h.get("class"),
             "iteration_time_s": h["iteration_time_s"], "predicted_iteration_s": predicted(run, name),
-            "timeline": h.get("timeline")}  # fmt: skip
+            "timeline": h.get("timeline"), "policy": h.get("policy")}  # fmt: skip
 
 
 def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
@@ -48,6 +48,15 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
         f"iteration time mean {fmt_ms(it['mean'])} ms, p50 {fmt_ms(it['p50'])} ms, "
         f"p99 {fmt_ms(it['p99'])} ms{vs}"
     )
+    pol = h.get("policy")
+    if pol:
+        share = pol["escalated_share"]
+        out.print(
+            f"  policy {pol['kind']}: {pol['escalations']} escalations to {pol['to']} after "
+            f"{fmt_ms(pol['escalate_after_s'])} ms of an iteration (budget {pol['budget_pct']:g}%), "
+            f"in {pol['to']} {fmt_ms(pol['escalated_s'])} ms"
+            + (f", {share:.0%} of the window" if share is not None else "")
+        )
     tl = h.get("timeline")
     if tl and tl.get("iterations"):
         c = tl["coordination_per_cycle_s"]

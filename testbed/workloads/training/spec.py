@@ -23,6 +23,7 @@ from testbed.fields import Duration, FieldProblem, Size
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.training import models
+from testbed.workloads.training.policies import POLICIES, AdaptivePolicy, Policy, StaticPolicy
 
 DEFAULT_COMPUTE_S = 0.9  # thesis Table 4.1
 
@@ -175,6 +176,12 @@ class HorovodWorkload(Placed):
         "is refused: set gpus instead)",
     )
     batch_size: int = Field(16, ge=1, description="real mode: samples per step")
+    policy: Policy = Field(
+        default_factory=StaticPolicy,
+        description="how the job's class changes while it runs: static (its one class, the "
+        "default) or adaptive (each iteration in its class until it runs late, then the rest "
+        "of it in a higher class: `{kind: adaptive, budget: 2%, to: high}`; synthetic mode)",
+    )
 
     derived: HorovodDerived | None = Field(
         None,
@@ -300,6 +307,32 @@ def _check_fields(w: HorovodWorkload) -> None:
         )
 
 
+def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
+    """A policy the job cannot carry, refused in one line naming the field."""
+    p = w.policy
+    if not isinstance(p, AdaptivePolicy):
+        return
+    if w.mode != "synthetic":
+        raise FieldProblem(
+            ("policy",),
+            "policy adaptive needs mode: synthetic (its deadline is the iteration time the "
+            "model predicts, which it knows for synthetic jobs only)",
+        )
+    names = s.tc_profile.class_names
+    if p.to not in names:
+        raise FieldProblem(
+            ("policy", "to"),
+            f"{p.to!r} is not a class of tc profile {s.tc_profile.name!r} ({', '.join(names)})",
+        )
+    if names.index(p.to) >= names.index(place.tc_class):
+        raise FieldProblem(
+            ("policy", "to"),
+            f"{p.to!r} is not above the job's own class {place.tc_class!r} in tc profile "
+            f"{s.tc_profile.name!r} (highest first: {', '.join(names)}); an adaptive policy "
+            "escalates to a higher class",
+        )
+
+
 def resolve(
     w: HorovodWorkload,
     s: Any,
@@ -313,6 +346,8 @@ def resolve(
 
     _check_fields(w)
     _check_schedule(w)
+    assert place is not None
+    _check_policy(w, s, place)
     if w.profile:
         p = Path(w.profile)
         p = p if p.is_absolute() else (base_dir or Path.cwd()) / p
@@ -342,7 +377,6 @@ def resolve(
         if compute is None:
             compute = models.total_compute(layers) if w.profile else DEFAULT_COMPUTE_S
         ratio = compute * link / (bpi * 8)
-    assert place is not None
     w.derived = HorovodDerived(
         **place.model_dump(),
         compute_time=compute,
@@ -385,6 +419,26 @@ SUMMARY = {
 
 # without `timeline: true` (and torch-ddp, which has no Horovod timeline) the section has none
 NO_TIMELINE = {k: v for k, v in SUMMARY.items() if k != "timeline"}
+# a job whose policy is not static: what its policy did inside the window (training/adaptive.py)
+POLICY = {
+    "policy": {
+        "budget_pct": "pct",
+        "escalate_after_s": "s",
+        "escalations": "1",
+        "escalated_s": "s",
+        "escalated_share": "1",
+    }
+}
+
+
+def summary_of(w: Any) -> dict[str, Any]:
+    """The section's shape for instance `w`: the timeline's numbers only with a timeline, the
+    policy's only with a policy that acts."""
+    shape = SUMMARY if getattr(w, "timeline", False) else NO_TIMELINE
+    if getattr(w, "policy", None) is not None and w.policy.kind != "static":
+        shape = {**shape, **POLICY}
+    return shape
+
 
 for _kind, _config, _doc, _summary in (
     ("horovod", HorovodWorkload, HorovodWorkload.__doc__, SUMMARY),
@@ -398,8 +452,8 @@ for _kind, _config, _doc, _summary in (
             config=_config,
             controller="testbed.workloads.training.controller:make",
             report="testbed.workloads.training.report",
-            summary=_summary,
-            summary_of=lambda w: SUMMARY if getattr(w, "timeline", False) else NO_TIMELINE,
+            summary={**_summary, **POLICY},
+            summary_of=summary_of,
             resolve=resolve,
             dilate=dilate,
             records=lambda name: iterations_file(name),
@@ -411,6 +465,7 @@ for _kind, _config, _doc, _summary in (
             binaries=("iptables",),
             default_class="default",
             doc=_doc or "",
+            models=tuple(p.config for p in POLICIES.values()),
         )
     )
 

@@ -1,0 +1,89 @@
+"""A training job's `policy:`: how the class its traffic is marked for changes while it runs
+(issue 32). A policy is declared here (its fields, refused in one line when wrong) with its
+runner (a "module:attribute" loaded when the job runs, as a kind's controller is), so the
+schema knows every policy without importing what runs them. Adding one: a model and a runner
+module, and one line in POLICIES.
+
+- static (the default): the job's one class, fixed at load, as every run before policies.
+- adaptive: a slowdown budget spent against each iteration's deadline (the thesis' ch. 6
+  "adaptive priority", at the granularity every backend carries: the whole job). Each
+  iteration starts in the job's own class; once it has run for its compute time plus `budget`
+  of the iteration time the model predicts for the job alone (`testbed predict`), what is
+  left of it (the exposed tail of a late iteration) goes to class `to`, and the next
+  iteration starts back in the job's class. Budget 0 gives every iteration's tail priority;
+  a large one never escalates ("all low")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, Field
+
+from testbed.fields import STRICT, Percent
+
+
+class StaticPolicy(BaseModel):
+    """The job's one class (tc_class or dscp), fixed for the whole run."""
+
+    model_config = STRICT
+
+    kind: Literal["static"] = "static"
+
+
+class AdaptivePolicy(BaseModel):
+    """Each iteration in the job's class until it has run for its compute time plus `budget`
+    of the predicted iteration time; then its traffic goes to `to` until the iteration ends."""
+
+    model_config = STRICT
+
+    kind: Literal["adaptive"] = "adaptive"
+    budget: Percent = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="the slowdown an iteration may take in the job's own class before its "
+        "remaining traffic goes to `to`: a share of the iteration time predicted for the job "
+        "alone (0%: every iteration's exposed tail escalates)",
+    )
+    to: str = Field(
+        "high",
+        description="the class a late iteration's traffic goes to: one of the tc profile's, "
+        "of higher priority than the job's own",
+    )
+
+
+@dataclass(frozen=True)
+class Declared:
+    name: str
+    config: type[BaseModel]
+    # "module:callable" (the job's controller) → its runner: tick(now), section(t0, t1),
+    # warning(), close(); None: nothing runs (static)
+    runner: str | None
+
+
+POLICIES: dict[str, Declared] = {
+    "static": Declared("static", StaticPolicy, None),
+    "adaptive": Declared("adaptive", AdaptivePolicy, "testbed.workloads.training.adaptive:start"),
+}
+
+
+def _named(value: Any) -> Any:
+    """`policy: adaptive` is `policy: {kind: adaptive}` with every field at its default."""
+    if isinstance(value, str):
+        if value not in POLICIES:
+            raise ValueError(f"must be one of {', '.join(POLICIES)}, got {value!r}")
+        return {"kind": value}
+    if isinstance(value, dict) and value.get("kind") not in POLICIES:
+        raise ValueError(
+            f"kind must be one of {', '.join(POLICIES)}, got {value.get('kind')!r} "
+            "(e.g. policy: {kind: adaptive, budget: 2%})"
+        )
+    return value
+
+
+Policy = Annotated[
+    Union[tuple(d.config for d in POLICIES.values())],  # type: ignore[valid-type]  # noqa: UP007
+    Field(discriminator="kind"),
+    BeforeValidator(_named),
+]
