@@ -1,8 +1,9 @@
 """The runtimes, by name: the one place where the scenario's `runtime` is read. Every stage
 reaches nodes through the Runtime a run is given (runtime/base.py); the life cycle (a node
 image to prepare, the runtime to create, teardown), `testbed exec` and `testbed down` ask the
-runtime's kind here. Adding a runtime is a module with a Runtime and its kind, and one line
-below."""
+runtime's kind here. Adding a runtime is a module with a Runtime and its kind, one line below,
+and one line in declared.py (its name and options model, which the schema reads from there;
+tests/unit/test_layers.py checks that the two name the same runtimes)."""
 
 from __future__ import annotations
 
