@@ -20,10 +20,6 @@ class Ending:
     problems: list[str]  # what would not go away (empty: the run is gone)
     seconds: float  # the teardown's time
 
-    @property
-    def clean(self) -> bool:
-        return not self.problems
-
 
 def end_run(
     st: RunState, lock: RunLock | None, before_forgetting: Callable[[], None] | None = None

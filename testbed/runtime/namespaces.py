@@ -36,7 +36,7 @@ def inside(ns: str | None) -> Iterator[None]:
     if ns is None:
         yield
         return
-    fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
+    fd = netns_fd(ns)
     try:
         netns.pushns(fd)
     finally:

@@ -94,17 +94,17 @@ class Adaptive:
 
     def section(self, t0: float, t1: float) -> dict[str, Any]:
         """What it did inside the window [t0, t1] (wall clock; dilation converts the s)."""
-        up_s, count, since = 0.0, 0, t0 if self._escalated_at(t0) else None
-        for when, escalated in self.switches:
-            if not t0 <= when <= t1:
-                continue
-            if escalated:
-                count += 1
+        up_s, count, state, since = 0.0, 0, False, t0
+        for when, escalated in self.switches:  # they alternate: up, down, up, ...
+            if when > t1:
+                break
+            if when >= t0:
+                if state:
+                    up_s += when - since
+                count += escalated
                 since = when
-            elif since is not None:
-                up_s += when - since
-                since = None
-        if since is not None:
+            state = escalated
+        if state:
             up_s += t1 - since
         span = t1 - t0
         return {
@@ -116,14 +116,6 @@ class Adaptive:
             "escalated_s": up_s,
             "escalated_share": up_s / span if span > 0 else None,
         }
-
-    def _escalated_at(self, t: float) -> bool:
-        state = False
-        for when, escalated in self.switches:
-            if when > t:
-                break
-            state = escalated
-        return state
 
     def warning(self) -> str | None:
         """Where the job's iterations are too short for switches that land one poll late."""
@@ -153,7 +145,7 @@ def start(job: Any) -> Adaptive:
 
     return Adaptive(
         cfg,
-        records=job.out_of(hosts[0]),
+        records=job.records_of(hosts[0]),
         compute_s=job.cfg.d.compute_time,
         predicted_s=for_instance(job.name, job.s)["iteration_s"],
         own=Mark(job.cfg.d.tc_class, job.cfg.d.dscp),

@@ -88,7 +88,7 @@ class DdpJob(HorovodJob):
         self._record_backend(cfg["dist_backend"], base_env)
         for rank, (h, devices) in enumerate(zip(hosts, self.devices, strict=True)):
             env = {**base_env, **self._device_env(h, devices)}
-            out = self._out(h)
+            out = self.records_of(h)
             argv = [
                 "--config", str(config), "--out", str(out), "--worker", h.name,
                 "--store", store, "--rank", str(rank), "--world", str(len(hosts)),

@@ -165,12 +165,9 @@ class HorovodJob(Controller):
             "HOROVOD_TIMELINE_MARK_CYCLES": "1",
         }
 
-    def _out(self, h: Host) -> Path:
-        return self.dir / f"iterations-{h.name}.csv"
-
-    def out_of(self, h: Host) -> Path:
+    def records_of(self, h: Host) -> Path:
         """Worker `h`'s iteration records (flushed as each iteration ends)."""
-        return self._out(h)
+        return self.dir / f"iterations-{h.name}.csv"
 
     def _mark(self, hosts: list[Host]) -> None:
         """The workers' DSCP rule on every host, switchable when the policy acts while the
@@ -225,7 +222,7 @@ class HorovodJob(Controller):
                 "HOROVOD_CROSS_SIZE": str(slot.cross_size),
                 **self._device_env(h, devs),
             }
-            out = self._out(h)
+            out = self.records_of(h)
             argv = ["--config", str(config), "--out", str(out), "--worker", h.name,
                     "--go", str(self.go_file), *self.metrics_arg(h)]  # fmt: skip
             # its own hostname (= its data IP, see above; a container has one already) and
