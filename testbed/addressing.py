@@ -16,3 +16,9 @@ def data_addresses(kind: str, hosts: int, leaves: int = 1, spines: int = 1) -> i
     if kind == "single-tor":
         return hosts + 2
     return leaves * leaf_block(hosts // leaves) + 2 * leaves * spines
+
+
+def with_class_addresses(hosts: int, classes: int) -> int:
+    """Addresses a single-ToR data prefix must span when a job gives its transfers classes of
+    their own (training/per_transfer.py): every host one more address per class."""
+    return (1 + classes) * hosts + 2

@@ -162,7 +162,20 @@ def _slug(values: list[str]) -> str:
 # left out of a point's identity at that default, so that a finished point stays finished.
 LATER_FIELDS: dict[tuple[str, ...], Any] = {("topology", "link_mode"): "exact"}
 # the same, in every workload instance
-LATER_INSTANCE_FIELDS: dict[str, Any] = {"policy": {"kind": "static"}}
+LATER_INSTANCE_FIELDS: dict[tuple[str, ...], Any] = {
+    ("policy",): {"kind": "static"},
+    ("demote",): None,
+    ("derived", "demote_dscp"): None,
+}
+
+
+def _drop_at_default(data: dict[str, Any], fields: dict[tuple[str, ...], Any]) -> None:
+    for (*parents, key), default in fields.items():
+        node = data
+        for p in parents:
+            node = node.get(p) or {}
+        if node.get(key, default) == default:
+            node.pop(key, None)
 
 
 def identity_of(s: Scenario) -> str:
@@ -172,17 +185,10 @@ def identity_of(s: Scenario) -> str:
     data = s.model_dump(mode="json")
     data.pop("name", None)
     data.pop("description", None)
-    for (*parents, key), default in LATER_FIELDS.items():
-        node = data
-        for p in parents:
-            node = node.get(p, {})
-        if node.get(key, default) == default:
-            node.pop(key, None)
+    _drop_at_default(data, LATER_FIELDS)
     for name, instance in s.workloads.items():
         w = data["workloads"][name]
-        for key, default in LATER_INSTANCE_FIELDS.items():
-            if w.get(key, default) == default:
-                w.pop(key, None)
+        _drop_at_default(w, LATER_INSTANCE_FIELDS)
         for field_name in kinds.get(instance.kind).files:
             if w.get(field_name) and Path(w[field_name]).is_file():
                 digest = hashlib.sha256(Path(w[field_name]).read_bytes()).hexdigest()

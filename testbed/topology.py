@@ -347,6 +347,17 @@ def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
     )
 
 
+def class_address(t: TopologyPlan, h: Host, cls: int) -> ipaddress.IPv4Address:
+    """Host `h`'s data address for the traffic of tc class number `cls` (its place in the
+    profile, highest first) of a job whose transfers use several classes, each over
+    connections of its own address (training/per_transfer.py): the data prefix after the
+    hosts' own addresses, one block of a host each per class (addressing.with_class_addresses
+    says the prefix has room). Single ToR only: its switch bridges the whole prefix, so any
+    address of it reaches the host; a leaf routes only its hosts' own."""
+    n = len(t.hosts)
+    return t.data_prefix.network_address + 1 + (1 + cls) * n + (h.index - 1)
+
+
 def _fabric(
     leaves: list[Switch],
     spines: tuple[Switch, ...],

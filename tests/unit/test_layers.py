@@ -210,6 +210,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                            "testbed.workloads.*.predict", "testbed.workloads.training.ddp",
                            "testbed.workloads.training.horovod", "testbed.workloads.training.gpus",
                            "testbed.workloads.training.adaptive",
+                           "testbed.workloads.training.per_transfer",
                            "testbed.runs"]),
     ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian", "testbed.ending",
                         "testbed.access", "testbed.budget_probe"]),

@@ -12,8 +12,9 @@ import pytest
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
 from testbed.workloads.training.adaptive import Adaptive, Mark
+from testbed.workloads.training.ddp_schedule import Plan, choose, class_bytes, plan_for
 from testbed.workloads.training.horovod_worker import FIELDS
-from testbed.workloads.training.policies import AdaptivePolicy, StaticPolicy
+from testbed.workloads.training.policies import AdaptivePolicy, LayersPolicy, StaticPolicy
 
 
 def _scenario(**job):
@@ -38,8 +39,8 @@ def test_static_is_the_default_and_adaptive_takes_its_defaults_by_name():
 @pytest.mark.parametrize(
     ("policy", "job", "message"),
     [
-        ("sometimes", {}, "workloads.horovod.policy: must be one of static, adaptive"),
-        ({"kind": "x"}, {}, "workloads.horovod.policy: kind must be one of static, adaptive"),
+        ("sometimes", {}, "workloads.horovod.policy: must be one of static, adaptive, layers"),
+        ({"kind": "x"}, {}, "policy: kind must be one of static, adaptive, layers"),
         ({"kind": "adaptive", "budget": "-1%"}, {}, "workloads.horovod.policy.adaptive.budget"),
         ({"kind": "adaptive", "to": "gold"}, {}, "policy.to: 'gold' is not a class"),
         ({"kind": "adaptive", "to": "low"}, {}, "'low' is not above the job's own class"),
@@ -109,3 +110,185 @@ def test_adaptive_warns_where_iterations_are_shorter_than_a_few_polls(tmp_path: 
 
     assert "time_scale" in (make(0.3).warning() or "")
     assert make(30.0).warning() is None
+
+
+LAYERS = {"kind": "torch-ddp", "model": "thesis-ns3", "fusion": "static", "queue": "priority",
+          "barrier": False}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("policy", "job", "scenario", "message"),
+    [
+        (
+            {"kind": "layers", "first": 3},
+            {},
+            {},
+            "workloads.horovod.policy: policy layers needs kind: torch-ddp",
+        ),
+        ({"kind": "layers"}, LAYERS, {}, "give first (a number of layers) or share"),
+        ({"kind": "layers", "first": 3, "share": "10%"}, LAYERS, {}, "give first"),
+        ({"kind": "layers", "first": 0}, LAYERS, {}, "policy.layers.first"),
+        ({"kind": "layers", "share": "0%"}, LAYERS, {}, "policy.layers.share"),
+        (
+            {"kind": "layers", "first": 51},
+            LAYERS,
+            {},
+            "workloads.horovod.policy.first: 51 is beyond the model's 50 layers",
+        ),
+        (
+            {"kind": "layers", "first": 3, "to": "low"},
+            LAYERS,
+            {},
+            "'low' is not above the job's own class",
+        ),
+        (
+            {"kind": "layers", "first": 3},
+            {**LAYERS, "mode": "real", "fusion": None, "queue": "fifo", "barrier": True},
+            {},
+            "policy layers needs mode: synthetic",
+        ),
+        ({"kind": "layers", "first": 3}, {**LAYERS, "gpus": 1}, {}, "policy layers runs on Gloo"),
+        (
+            {"kind": "layers", "first": 3},
+            LAYERS,
+            {
+                "topology": {
+                    "kind": "leaf-spine",
+                    "leaves": 2,
+                    "spines": 1,
+                    "hosts_per_leaf": 2,
+                    "link_rate": "100mbit",
+                }
+            },
+            "workloads.horovod.policy: policy layers needs topology kind single-tor",
+        ),
+        (
+            {"kind": "layers", "first": 3},
+            LAYERS,
+            {"topology": {"hosts": 3, "link_rate": "100mbit", "prefix": "10.0.0.0/29"}},
+            "topology.prefix: policy layers gives every host one more address per class: 11",
+        ),
+    ],
+)
+def test_a_class_per_transfer_the_job_cannot_carry_is_one_line(policy, job, scenario, message):
+    data = {
+        "name": "p",
+        "topology": {"hosts": 3, "link_rate": "100mbit"},
+        "tc_profile": "thesis-2band",
+        "workloads": {"horovod": {"model_size": "10MB", "compute_time": "300ms",
+                                  "tc_class": "low", **job, "policy": policy}},
+        **scenario,
+    }  # fmt: skip
+    with pytest.raises(ScenarioError) as e:
+        load_scenario_data(data, "test")
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_layers_is_accepted_on_torch_ddp_and_k_follows_first_or_share():
+    data = {
+        "name": "p",
+        "topology": {"hosts": 3, "link_rate": "100mbit"},
+        "tc_profile": "thesis-2band",
+        "workloads": {"horovod": {"model_size": "10MB", "compute_time": "300ms",
+                                  "tc_class": "low", **LAYERS,
+                                  "policy": {"kind": "layers", "share": "25%"}}},
+    }  # fmt: skip
+    p = load_scenario_data(data, "test").workloads["horovod"].policy
+    assert isinstance(p, LayersPolicy) and p.to == "high"
+    # the thesis' model in units: 25 layers of 1, 13 of 4, 12 of 12 (221 units)
+    sizes = [1] * 25 + [4] * 13 + [12] * 12
+    assert LayersPolicy(first=7).first_layers(sizes) == 7
+    # 25 % of 221 = 55.25 units: 25 + 4 × 8 = 57 ≥ 55.25 > 25 + 4 × 7 = 53
+    assert p.first_layers(sizes) == 33
+    assert LayersPolicy(share=100).first_layers(sizes) == 50
+    assert LayersPolicy(share=0.1).first_layers(sizes) == 1
+
+
+def _cfg(fusion: str, threshold: int, first: int, queue: str = "priority") -> dict:
+    sizes = [1] * 25 + [4] * 13 + [12] * 12  # params; 4 B each
+    return {"layers": [[f"l{j}", p, 0.0, 0.0] for j, p in enumerate(sizes)], "fusion": fusion,
+            "fusion_threshold": threshold, "queue": queue, "bucket_cap": 1 << 20,
+            "transfer_classes": {"layers": list(range(first))}}  # fmt: skip
+
+
+def test_a_buffer_holding_any_of_the_first_layers_goes_to_the_class():
+    """Each layer its own buffer: exactly the first k are the class's, 25 of 221 units."""
+    plan = plan_for(_cfg("static", 1, 25))
+    assert sum(plan.classes) == 25 and class_bytes(plan) == 25 * 4
+    assert sum(plan.nbytes) == 221 * 4
+    # fused to at most 24 B from the last layer down: layers 49..26 alone (48 and 16 B), layer
+    # 25 (16 B) with 24 and 23 (4 B each), then six one-unit layers a buffer (22..17, 16..11,
+    # 10..5) and 4..0; with k = 8 the buffers holding layers 0..7 are 0..4 and 5..10: 11 units
+    plan = plan_for(_cfg("static", 24, 8))
+    held = [u for u, c in zip(plan.units, plan.classes, strict=True) if c]
+    assert sorted(held) == [(0, 1, 2, 3, 4), (5, 6, 7, 8, 9, 10)], held
+    assert class_bytes(plan) == 11 * 4
+
+
+def test_dynamic_fusion_does_not_fuse_across_classes():
+    """Four ready units of one byte each, threshold 100: one class fuses them all, two
+    classes stop the buffer where the class changes."""
+    units = ((3,), (2,), (1,), (0,))  # readiness order: the last layer first
+    one = Plan(units, (1, 1, 1, 1), "priority", "dynamic", 100, (0, 0, 0, 0))
+    assert choose(one, 4, set()) == [3, 2, 1, 0]
+    two = Plan(units, (1, 1, 1, 1), "priority", "dynamic", 100, (0, 0, 1, 1))
+    assert choose(two, 4, set()) == [3, 2]  # layers 0 and 1 (class 1) first, then 2 and 3
+    assert choose(two, 4, {3, 2}) == [1, 0]
+
+
+def test_tail_chooses_the_layers_still_reducing_when_backward_ends(tmp_path: Path):
+    """Four layers of 200 kB, 10 ms of backward each, two workers at 100 Mbit/s: a buffer's
+    ring time is 200 kB · 8 / (100 Mbit/s · 0.936) = 17.1 ms. Backward makes layer 3 ready at
+    10 ms, 2 at 20, 1 at 30, 0 at 40 (its end); one at a time, fifo: layer 3 reduces 10-27.1,
+    2 27.1-44.2, 1 44.2-61.3, 0 61.3-78.4. All but layer 3 end after 40 ms."""
+    from testbed.workloads.training.predict import exposed_layers
+
+    trace = tmp_path / "four.txt"
+    trace.write_text(
+        "Id Name Forward Backward Comm Size\n"
+        + "".join(f"{j} l{j} 5000 10000 0 200000\n" for j in range(4))
+    )
+    data = {
+        "name": "p",
+        "topology": {"hosts": 2, "link_rate": "100mbit"},
+        "tc_profile": "thesis-2band",
+        "workloads": {"horovod": {"kind": "torch-ddp", "profile": str(trace), "fusion": "static",
+                                  "fusion_threshold": "1B", "queue": "fifo", "tc_class": "low",
+                                  "policy": "tail"}},
+    }  # fmt: skip
+    s = load_scenario_data(data, "test")
+    assert s.workloads["horovod"].policy.kind == "tail"
+    assert exposed_layers("horovod", s) == {0, 1, 2}
+
+
+def _web(demote, **extra):
+    data = {
+        "name": "p",
+        "topology": {"hosts": 2, "link_rate": "100mbit"},
+        "tc_profile": "thesis-3band",
+        "workloads": {"websearch": {"utilization": "10%", "tc_class": "high",
+                                    "demote": demote, **extra}},
+    }  # fmt: skip
+    return load_scenario_data(data, "test")
+
+
+def test_web_search_demotion_resolves_to_the_lower_class_dscp():
+    w = _web({"after": "100KB", "to": "low"}).workloads["websearch"]
+    assert w.demote.after == 100_000 and w.d.demote_dscp == 8  # thesis-3band low: CS1
+    assert _web(None).workloads["websearch"].d.demote_dscp is None
+
+
+@pytest.mark.parametrize(
+    ("demote", "message"),
+    [
+        ({"after": "100KB", "to": "gold"}, "workloads.websearch.demote.to: 'gold' is not a class"),
+        ({"after": "100KB", "to": "high"}, "demote.to: 'high' is not below the flows' own class"),
+        ({"after": "0B", "to": "low"}, "workloads.websearch.demote.after"),
+        ({"to": "low"}, "workloads.websearch.demote.after"),
+        ({"after": "1MB", "to": "low", "then": "x"}, "workloads.websearch.demote.then"),
+    ],
+)
+def test_a_demotion_that_cannot_be_is_one_line_naming_the_field(demote, message):
+    with pytest.raises(ScenarioError) as e:
+        _web(demote)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -308,8 +308,9 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
 
 
 def test_a_training_policy_at_its_default_keeps_finished_points_finished():
-    """A training job's `policy` came after sweeps had run: static (what every run did) is
-    left out of a point's identity, and any other policy makes the point another one."""
+    """A training job's `policy` and web search's `demote` came after sweeps had run: static
+    and no demotion (what every run did) are left out of a point's identity, and any other
+    value makes the point another one."""
     import hashlib
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "thesis-mini.yaml")
@@ -318,7 +319,11 @@ def test_a_training_policy_at_its_default_keeps_finished_points_finished():
         data.pop(k, None)
     del data["topology"]["link_mode"]
     assert data["workloads"]["horovod"].pop("policy") == {"kind": "static"}
+    web = data["workloads"]["websearch"]
+    assert web.pop("demote") is None and web["derived"].pop("demote_dscp") is None
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert sw.identity_of(s) == before
     adaptive = with_overrides(s, {"workloads.horovod.policy": "adaptive"})
     assert sw.identity_of(adaptive) != before
+    demoted = with_overrides(s, {"workloads.websearch.demote": {"after": "100KB", "to": "low"}})
+    assert sw.identity_of(demoted) != before

@@ -127,6 +127,9 @@ class Adaptive:
             "land late in the iteration (a larger time_scale gives them room)"
         )
 
+    def worker_config(self) -> dict[str, Any]:
+        return {}  # the workers know nothing of it: their marks switch under them
+
     def close(self) -> None:
         self._file.close()
 

@@ -73,11 +73,11 @@ class DdpJob(HorovodJob):
 
     def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        hosts = self.hosts()
+        self._mark(hosts)  # the policy's runner first: the workers' config carries its part
         config = self.dir / "worker-config.json"
         cfg = self._config()
         config.write_text(json.dumps(cfg))
-        hosts = self.hosts()
-        self._mark(hosts)
         store = self._start_store()
         base_env = {
             "GLOO_SOCKET_IFNAME": "eth0",

@@ -19,6 +19,10 @@ agree.
 - queue: fifo takes the earliest-ready unit, priority the one with the lowest layer.
 - barrier: true, the next forward starts once every buffer is reduced; false, layer i's
   forward waits only for layer i's reduced gradients (and layer i − 1's forward, by order).
+- classes (a policy giving transfers classes of their own, training/per_transfer.py): a unit
+  holding any of the layers it chose is reduced over the class's own process group (its
+  connections marked with the class's DSCP: training/per_transfer.py), the rest over the
+  default one; still one in flight, so a job's classes never compete with each other.
 
 Agreement. Gloo matches collectives by their order, so every rank must reduce the same buffer
 at the same position, while readiness differs by milliseconds between ranks. Every rank makes
@@ -56,6 +60,9 @@ class Plan:
     queue: str = "fifo"
     fusion: str = "static"
     threshold: float = 0.0
+    # each unit's class: 0 the job's own, 1 the policy's (training/per_transfer.py): a unit
+    # holding any of the layers the policy chose
+    classes: tuple[int, ...] = ()
 
     @property
     def agree(self) -> bool:
@@ -77,20 +84,30 @@ def plan_for(cfg: dict[str, Any]) -> Plan:
     # a unit is ready when backward reaches its lowest layer: readiness order is its reverse
     units = tuple(sorted((tuple(sorted(g)) for g in groups), key=lambda u: -u[0]))
     nbytes = tuple(sum(sizes[j] for j in u) for u in units)
-    return Plan(units, nbytes, cfg["queue"], fusion, threshold)
+    chosen = set(cfg.get("transfer_classes", {}).get("layers", ()))
+    classes = tuple(int(any(j in chosen for j in u)) for u in units)
+    return Plan(units, nbytes, cfg["queue"], fusion, threshold, classes)
+
+
+def class_bytes(plan: Plan) -> int:
+    """The bytes of the units in the policy's class, per iteration (each reduced once)."""
+    return sum(b for b, c in zip(plan.nbytes, plan.classes, strict=True) if c)
 
 
 def choose(plan: Plan, agreed: int, reduced: set[int]) -> list[int]:
     """The units (positions in readiness order) the next all-reduce carries, given that the
     first `agreed` are ready on every rank: the queue's first, then, under dynamic fusion,
-    the next ones in queue order while the buffer stays ≤ the threshold (predict._reduce)."""
+    the next ones in queue order while the buffer stays ≤ the threshold (predict._reduce) and
+    in the first one's class (a buffer crosses one class's connections)."""
     eligible = [k for k in range(agreed) if k not in reduced]
     if plan.queue == "priority":
         eligible.sort(key=lambda k: plan.units[k][0])
     take, size = [eligible[0]], plan.nbytes[eligible[0]]
     if plan.fusion == "dynamic":
         for k in eligible[1:]:
-            if size + plan.nbytes[k] > plan.threshold:
+            if size + plan.nbytes[k] > plan.threshold or (
+                plan.classes and plan.classes[k] != plan.classes[take[0]]
+            ):
                 break
             take.append(k)
             size += plan.nbytes[k]
@@ -101,8 +118,12 @@ class Ring:
     """The ring thread: every collective of the worker, one in flight (see the module's
     docstring); the main thread marks readiness and waits on reductions through it."""
 
-    def __init__(self, plan: Plan, n_layers: int, dist: Any, torch: Any, device: Any) -> None:
+    def __init__(
+        self, plan: Plan, n_layers: int, dist: Any, torch: Any, device: Any, groups: list[Any]
+    ) -> None:
+        """`groups`: the process group of each class after the job's own (the default)."""
         self.plan, self.dist, self.torch, self.device = plan, dist, torch, device
+        self.groups = groups
         self.world = dist.get_world_size()
         self.offsets: list[int] = []  # each layer's place in the flat gradients (start())
         self.cv = threading.Condition()
@@ -193,7 +214,8 @@ class Ring:
             elif not plan.agree:
                 agreed = local
             take = choose(plan, agreed, reduced)
-            self._reduce(sorted(j for k in take for j in plan.units[k]))
+            cls = plan.classes[take[0]] if plan.classes else 0
+            self._reduce(sorted(j for k in take for j in plan.units[k]), cls)
             with self.cv:
                 reduced.update(take)
                 for k in take:
@@ -218,9 +240,10 @@ class Ring:
                 self.cv.notify_all()
         return agreed
 
-    def _reduce(self, layers: list[int]) -> None:
-        """One all-reduce (sum, then / world: the average) of these layers' gradients: a
-        view of the flat gradients when the layers are adjacent, else a fused copy."""
+    def _reduce(self, layers: list[int], cls: int = 0) -> None:
+        """One all-reduce (sum, then / world: the average) of these layers' gradients, over
+        class `cls`'s connections: a view of the flat gradients when the layers are adjacent,
+        else a fused copy."""
         off = self.offsets
         runs: list[tuple[int, int]] = []
         for j in layers:
@@ -230,7 +253,10 @@ class Ring:
                 runs.append((off[j], off[j + 1]))
         views = [self.flat.narrow(0, a, b - a) for a, b in runs]
         buf = views[0] if len(views) == 1 else self.torch.cat(views)
-        self.dist.all_reduce(buf)
+        if cls:
+            self.groups[cls - 1].allreduce([buf]).wait()
+        else:
+            self.dist.all_reduce(buf)
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
         buf.div_(self.world)
@@ -242,14 +268,21 @@ class Ring:
 
 
 def scheduled(
-    cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: float | None
+    cfg: dict[str, Any],
+    dist: Any,
+    torch: Any,
+    rec: Recorder,
+    deadline: float | None,
+    groups: list[Any] | None = None,
 ) -> None:
     """The iterations (see the module's docstring). Without a barrier an iteration ends where
-    the next one starts, as horovod_worker's, so it is recorded one iteration late."""
+    the next one starts, as horovod_worker's, so it is recorded one iteration late.
+    `groups`: the process groups of the policy's classes (ddp_worker.class_groups)."""
     layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
     plan = plan_for(cfg)
     position = {u[0]: k for k, u in enumerate(plan.units)}  # backward's last layer of a unit
-    ring = Ring(plan, len(layers), dist, torch, torch.device(cfg.get("device", "cpu")))
+    device = torch.device(cfg.get("device", "cpu"))
+    ring = Ring(plan, len(layers), dist, torch, device, groups or [])
     ring.start([int(x[1]) for x in layers])
     clock, barrier, limit = Clock(), cfg["barrier"], cfg.get("iterations")
     pending: tuple[int, Stamp, float] | None = None

@@ -75,10 +75,37 @@ class StopVote:
         return bool(flag.item() > 0)
 
 
-def synthetic(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: float) -> None:
+def class_groups(
+    cfg: dict[str, Any], dist: Any, torch: Any, store: Any, rank: int, world: int
+) -> list[Any]:
+    """The process group of each class the policy adds (policies.LayersPolicy), a Gloo group
+    on this worker's address for that class, so its connections, and only they, carry that
+    class's DSCP (marking.mark_addresses). Built directly: `dist.new_group` ignores Gloo's
+    options, so every group would bind the default address. The connecting side keeps its
+    primary source address; the rules match the destination for it."""
+    spec = cfg.get("transfer_classes")
+    if not spec:
+        return []
+    gloo = dist.ProcessGroupGloo
+    opts = gloo._Options()
+    opts._devices = [gloo.create_device(hostname=spec["addresses"][rank])]
+    opts._timeout = datetime.timedelta(minutes=30 * cfg.get("time_scale", 1.0))
+    group = gloo(dist.PrefixStore("class-1/", store), rank, world, opts)
+    group.allreduce([torch.zeros(1)]).wait()  # every rank is connected
+    return [group]
+
+
+def synthetic(
+    cfg: dict[str, Any],
+    dist: Any,
+    torch: Any,
+    rec: Recorder,
+    deadline: float,
+    groups: list[Any] | None = None,
+) -> None:
     schedule = (cfg.get("fusion", "buckets"), cfg.get("queue", "fifo"), cfg["barrier"])
-    if schedule != ("buckets", "fifo", True):  # a schedule DDP cannot run
-        return scheduled(cfg, dist, torch, rec, deadline)
+    if schedule != ("buckets", "fifo", True) or groups:  # a schedule DDP cannot run
+        return scheduled(cfg, dist, torch, rec, deadline, groups)
     layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
     plan = buckets_for([int(x[1]) for x in layers], int(cfg["bucket_cap"]))
     device = torch.device(cfg.get("device", "cpu"))
@@ -194,12 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     dist.all_reduce(torch.zeros(1, device=device))  # every rank is connected
     if device.type == "cuda":  # NCCL's all_reduce returns once queued: wait for the connection
         torch.cuda.synchronize()
+    groups = class_groups(cfg, dist, torch, store, args.rank, args.world)
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)
     if cfg["mode"] == "real":
         real(cfg, dist, torch, rec, deadline=window.end)
     else:
-        synthetic(cfg, dist, torch, rec, deadline=window.end)
+        synthetic(cfg, dist, torch, rec, deadline=window.end, groups=groups)
     args.out.with_suffix(".done").touch()
     sys.stdout.flush()
     if metrics is not None:

@@ -155,6 +155,8 @@ class HorovodJob(Controller):
             "batch_size": cfg.batch_size,
             "seed": self.s.seed,
             "time_scale": self.time_scale,
+            # what the policy's runner tells the workers (a class per transfer: its classes)
+            **(self.policy.worker_config() if self.policy is not None else {}),
         }
 
     def _timeline_env(self) -> dict[str, str]:
@@ -175,7 +177,7 @@ class HorovodJob(Controller):
         decl = POLICIES[self.cfg.policy.kind]
         for h in hosts:
             mark_group(self.rt, h.netns, h.data_if, self.owner_gid, self.cfg.d.dscp, self.name,
-                       switchable=decl.runner is not None)  # fmt: skip
+                       switchable=decl.switchable)  # fmt: skip
         if decl.runner is not None:
             self.policy = load(decl.runner)(self)
             if (why := self.policy.warning()) is not None:
@@ -187,10 +189,10 @@ class HorovodJob(Controller):
 
     def launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        hosts = self.hosts()
+        self._mark(hosts)  # the policy's runner first: the workers' config carries its part
         config = self.dir / "worker-config.json"
         config.write_text(json.dumps(self._config()))
-        hosts = self.hosts()
-        self._mark(hosts)
         self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), hosts)
         base_env = {
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(self.topo.mgmt_bridge_ip),

@@ -11,7 +11,16 @@ module, and one line in POLICIES.
   of the iteration time the model predicts for the job alone (`testbed predict`), what is
   left of it (the exposed tail of a late iteration) goes to class `to`, and the next
   iteration starts back in the job's class. Budget 0 gives every iteration's tail priority;
-  a large one never escalates ("all low")."""
+  a large one never escalates ("all low").
+- layers: classes per transfer (P3's idea, the thesis' ch. 6 "priorities per layer or per
+  fused buffer"): the fused buffers that hold the first `first` layers (or the first layers
+  holding `share` of the model's bytes), which the next forward needs first, are reduced in
+  class `to`, the rest in the job's own. A class needs connections of its own, so this runs on
+  torch-ddp's scheduled loop (one Gloo process group per class, each on an address of its
+  own); Horovod sends every buffer over one set of connections and cannot carry it.
+- tail: a class per transfer too, for the buffers whose reduction is exposed: those that the
+  model of the job alone (`testbed predict`, from the job's own profile and schedule) has
+  still reducing when backward ends, the bytes that set the iteration time."""
 
 from __future__ import annotations
 
@@ -53,18 +62,90 @@ class AdaptivePolicy(BaseModel):
     )
 
 
+class LayersPolicy(BaseModel):
+    """The buffers of the first layers (input side) in class `to`, the rest in the job's."""
+
+    model_config = STRICT
+
+    kind: Literal["layers"] = "layers"
+    first: int | None = Field(
+        None,
+        ge=1,
+        description="the buffers holding any of the first k layers (input side) go to `to`; "
+        "give first or share",
+    )
+    share: Percent | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="as first, with k the fewest first layers that hold this share of the "
+        "model's bytes",
+    )
+    to: str = Field(
+        "high",
+        description="the class of those buffers: one of the tc profile's, of higher priority "
+        "than the job's own",
+    )
+
+    def first_layers(self, sizes: list[int]) -> int:
+        """k: `first`, or the fewest first layers holding `share` of the bytes `sizes`."""
+        if self.first is not None:
+            return self.first
+        assert self.share is not None
+        want, held = self.share / 100 * sum(sizes), 0
+        for k, size in enumerate(sizes, 1):
+            held += size
+            if held >= want * (1 - 1e-9):
+                return k
+        return len(sizes)
+
+
+class TailPolicy(BaseModel):
+    """The buffers the model has still reducing when backward ends in class `to`."""
+
+    model_config = STRICT
+
+    kind: Literal["tail"] = "tail"
+    to: str = Field(
+        "high",
+        description="the class of the exposed buffers: one of the tc profile's, of higher "
+        "priority than the job's own",
+    )
+
+
 @dataclass(frozen=True)
 class Declared:
     name: str
     config: type[BaseModel]
     # "module:callable" (the job's controller) → its runner: tick(now), section(t0, t1),
-    # warning(), close(); None: nothing runs (static)
+    # warning(), worker_config(), close(); None: nothing runs (static)
     runner: str | None
+    # the backends that carry it: a whole-job class is any backend's; a class per transfer
+    # needs a connection set per class, which only torch-ddp's scheduled loop opens
+    backends: tuple[str, ...] = ("horovod", "torch-ddp")
+    switchable: bool = False  # the job's own mark changes while it runs (marking.set_mark)
+    per_transfer: bool = False  # its classes are per buffer (training/per_transfer.py)
 
 
 POLICIES: dict[str, Declared] = {
     "static": Declared("static", StaticPolicy, None),
-    "adaptive": Declared("adaptive", AdaptivePolicy, "testbed.workloads.training.adaptive:start"),
+    "adaptive": Declared(
+        "adaptive", AdaptivePolicy, "testbed.workloads.training.adaptive:start", switchable=True
+    ),
+    "layers": Declared(
+        "layers",
+        LayersPolicy,
+        "testbed.workloads.training.per_transfer:start",
+        backends=("torch-ddp",),
+        per_transfer=True,
+    ),
+    "tail": Declared(
+        "tail",
+        TailPolicy,
+        "testbed.workloads.training.per_transfer:start",
+        backends=("torch-ddp",),
+        per_transfer=True,
+    ),
 }
 
 

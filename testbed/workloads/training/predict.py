@@ -203,6 +203,38 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
     either queue and either barrier, and the thesis' derived quantities. The
     ring runs at its path's bottleneck (paths.ring_bottleneck: the fabric, where consecutive
     ranks sit on different leaves of an oversubscribed leaf-spine)."""
+    h, layers, net, fusion = _model(name, s)
+    d = h.d
+    n = net.workers
+    rate = net.rate_bps
+    kind = fusion["fusion"]
+    variants = {}
+    for queue in ("fifo", "priority"):
+        for barrier in (True, False):
+            p = simulate(layers, net, Schedule(queue=queue, barrier=barrier, **fusion))
+            variants[f"{queue}{'' if barrier else '-nobarrier'}"] = p.iteration_s
+    it = variants[f"{h.queue}{'' if h.barrier else '-nobarrier'}"]
+    return {
+        "instance": name,
+        "workers": n,
+        "link_rate_bps": s.topology.link_rate,
+        "bottleneck_bps": rate,
+        "model_bytes": d.model_bytes,
+        "bytes_per_iteration": d.bytes_per_iteration,
+        "compute_s": d.compute_time,
+        "network_s": d.bytes_per_iteration * 8 / rate,  # at the raw rate, as R is defined
+        "compute_to_network_ratio": d.compute_to_network_ratio,
+        "iteration_s": it,
+        "schedule": {"queue": h.queue, "barrier": h.barrier, "fusion": kind},
+        "u_horovod_pct": d.bytes_per_iteration * 8 / (it * rate) * 100,
+        "variants_s": variants,
+        "efficiency": net.efficiency,
+    }
+
+
+def _model(name: str, s: Scenario) -> tuple[Any, list[Layer], Network, dict[str, Any]]:
+    """Training instance `name`'s layers, its network alone and its fusion (Schedule's fields
+    but queue and barrier)."""
     from testbed.paths import leaf_of
     from testbed.workloads.training.spec import fusion_of, layers_for
 
@@ -234,28 +266,16 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
         fusion: Any = {"fusion_bytes": h.bucket_cap, "fusion": "buckets", "buckets": groups}
     else:
         fusion = {"fusion_bytes": h.fusion_threshold, "fusion": kind}
-    variants = {}
-    for queue in ("fifo", "priority"):
-        for barrier in (True, False):
-            p = simulate(layers, net, Schedule(queue=queue, barrier=barrier, **fusion))
-            variants[f"{queue}{'' if barrier else '-nobarrier'}"] = p.iteration_s
-    it = variants[f"{h.queue}{'' if h.barrier else '-nobarrier'}"]
-    return {
-        "instance": name,
-        "workers": n,
-        "link_rate_bps": s.topology.link_rate,
-        "bottleneck_bps": rate,
-        "model_bytes": d.model_bytes,
-        "bytes_per_iteration": d.bytes_per_iteration,
-        "compute_s": d.compute_time,
-        "network_s": d.bytes_per_iteration * 8 / rate,  # at the raw rate, as R is defined
-        "compute_to_network_ratio": d.compute_to_network_ratio,
-        "iteration_s": it,
-        "schedule": {"queue": h.queue, "barrier": h.barrier, "fusion": kind},
-        "u_horovod_pct": d.bytes_per_iteration * 8 / (it * rate) * 100,
-        "variants_s": variants,
-        "efficiency": net.efficiency,
-    }
+    return h, layers, net, fusion
+
+
+def exposed_layers(name: str, s: Scenario) -> set[int]:
+    """The layers of instance `name` whose reduction, in the model's steady state alone, ends
+    after backward has ended: the exposed tail that sets the iteration time (policy `tail`)."""
+    h, layers, net, fusion = _model(name, s)
+    p = simulate(layers, net, Schedule(queue=h.queue, barrier=h.barrier, **fusion))
+    end = p.backward_ends[-1]
+    return {j for t in p.transfers if t.end > end * (1 + 1e-9) for j in t.layers}
 
 
 def print_prediction(out: Any, who: str, p: dict[str, Any]) -> None:

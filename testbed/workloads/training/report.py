@@ -49,7 +49,13 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
         f"p99 {fmt_ms(it['p99'])} ms{vs}"
     )
     pol = h.get("policy")
-    if pol:
+    if pol and "share_to" in pol:  # a class per transfer
+        share = pol["share_to"]
+        out.print(
+            f"  policy {pol['kind']}: {pol['buffers_to']} buffers ({pol['layers_to']} layers) "
+            f"in {pol['to']}" + (f", {share:.1%} of the bytes" if share is not None else "")
+        )
+    elif pol:
         share = pol["escalated_share"]
         out.print(
             f"  policy {pol['kind']}: {pol['escalations']} escalations to {pol['to']} after "

@@ -19,11 +19,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
+from testbed.addressing import with_class_addresses
 from testbed.fields import Duration, FieldProblem, Size
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.training import models
-from testbed.workloads.training.policies import POLICIES, AdaptivePolicy, Policy, StaticPolicy
+from testbed.workloads.training.policies import POLICIES, LayersPolicy, Policy, StaticPolicy
 
 DEFAULT_COMPUTE_S = 0.9  # thesis Table 4.1
 
@@ -178,9 +179,12 @@ class HorovodWorkload(Placed):
     batch_size: int = Field(16, ge=1, description="real mode: samples per step")
     policy: Policy = Field(
         default_factory=StaticPolicy,
-        description="how the job's class changes while it runs: static (its one class, the "
-        "default) or adaptive (each iteration in its class until it runs late, then the rest "
-        "of it in a higher class: `{kind: adaptive, budget: 2%, to: high}`; synthetic mode)",
+        description="how the job's traffic is classed: static (its one class, the default), "
+        "adaptive (each iteration in its class until it runs late, then the rest of it in a "
+        "higher class: `{kind: adaptive, budget: 2%, to: high}`) or layers (a class per "
+        "transfer: the buffers of the first layers in a higher class, `{kind: layers, first: "
+        "10, to: high}`; tail: the buffers the model has exposed after backward; both torch-ddp "
+        "on CPU, single ToR); synthetic mode",
     )
 
     derived: HorovodDerived | None = Field(
@@ -310,13 +314,19 @@ def _check_fields(w: HorovodWorkload) -> None:
 def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
     """A policy the job cannot carry, refused in one line naming the field."""
     p = w.policy
-    if not isinstance(p, AdaptivePolicy):
+    if w.backend not in POLICIES[p.kind].backends:
+        raise FieldProblem(
+            ("policy",),
+            f"policy {p.kind} needs kind: torch-ddp: Horovod sends every fused buffer over one "
+            "set of connections, so its class is the whole job's (static or adaptive)",
+        )
+    if isinstance(p, StaticPolicy):
         return
     if w.mode != "synthetic":
         raise FieldProblem(
             ("policy",),
-            "policy adaptive needs mode: synthetic (its deadline is the iteration time the "
-            "model predicts, which it knows for synthetic jobs only)",
+            f"policy {p.kind} needs mode: synthetic (it acts on the emulated iteration: its "
+            "deadline, or its buffers)",
         )
     names = s.tc_profile.class_names
     if p.to not in names:
@@ -328,8 +338,47 @@ def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
         raise FieldProblem(
             ("policy", "to"),
             f"{p.to!r} is not above the job's own class {place.tc_class!r} in tc profile "
-            f"{s.tc_profile.name!r} (highest first: {', '.join(names)}); an adaptive policy "
-            "escalates to a higher class",
+            f"{s.tc_profile.name!r} (highest first: {', '.join(names)}); the policy moves "
+            "traffic to a higher class",
+        )
+    if POLICIES[p.kind].per_transfer:
+        _check_per_transfer(w, p, s)
+
+
+def _check_per_transfer(w: HorovodWorkload, p: Any, s: Any) -> None:
+    """A class per transfer: Gloo groups on addresses of their own, on one bridged subnet."""
+    if isinstance(p, LayersPolicy) and (p.first is None) == (p.share is None):
+        raise FieldProblem(
+            ("policy",), "give first (a number of layers) or share (of the bytes), one of them"
+        )
+    if w.gpus is not None:
+        raise FieldProblem(
+            ("policy",),
+            f"policy {p.kind} runs on Gloo (CPU workers): NCCL opens its connections on the "
+            "interface's own address, so a class cannot have its own; remove gpus",
+        )
+    t = s.topology
+    if t.kind != "single-tor":
+        raise FieldProblem(
+            ("policy",),
+            f"policy {p.kind} needs topology kind single-tor: its classes' addresses come from "
+            "the data prefix, which only a single ToR bridges whole",
+        )
+    need = with_class_addresses(t.hosts, len(s.tc_profile.class_names))
+    if t.prefix.num_addresses < need:
+        raise FieldProblem(
+            ("topology", "prefix"),
+            f"policy {p.kind} gives every host one more address per class: {need} addresses, "
+            f"and {t.prefix} has {t.prefix.num_addresses}; use a larger prefix",
+        )
+
+
+def _check_layers(w: HorovodWorkload, layers: list[models.Layer]) -> None:
+    p = w.policy
+    if isinstance(p, LayersPolicy) and p.first is not None and p.first > len(layers):
+        raise FieldProblem(
+            ("policy", "first"),
+            f"{p.first} is beyond the model's {len(layers)} layers; give at most {len(layers)}",
         )
 
 
@@ -360,6 +409,7 @@ def resolve(
             raise FieldProblem(("profile",), str(e)) from None
     else:
         layers = models.MODELS[w.model]()
+    _check_layers(w, layers)
     model_bytes = w.model_size or models.total_bytes(layers)
     hosts = w.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]
     n = len(hosts)
@@ -419,16 +469,20 @@ SUMMARY = {
 
 # without `timeline: true` (and torch-ddp, which has no Horovod timeline) the section has none
 NO_TIMELINE = {k: v for k, v in SUMMARY.items() if k != "timeline"}
-# a job whose policy is not static: what its policy did inside the window (training/adaptive.py)
-POLICY = {
-    "policy": {
+# a job whose policy is not static: what its policy did inside the window, per policy
+# (training/adaptive.py, training/per_transfer.py)
+POLICY_SHAPES = {
+    "adaptive": {
         "budget_pct": "pct",
         "escalate_after_s": "s",
         "escalations": "1",
         "escalated_s": "s",
         "escalated_share": "1",
-    }
+    },
+    "layers": {"layers_to": "1", "buffers_to": "1", "bytes_to": "B", "share_to": "1"},
 }
+POLICY_SHAPES["tail"] = POLICY_SHAPES["layers"]
+POLICY = {"policy": {k: v for shape in POLICY_SHAPES.values() for k, v in shape.items()}}
 
 
 def summary_of(w: Any) -> dict[str, Any]:
@@ -436,7 +490,7 @@ def summary_of(w: Any) -> dict[str, Any]:
     policy's only with a policy that acts."""
     shape = SUMMARY if getattr(w, "timeline", False) else NO_TIMELINE
     if getattr(w, "policy", None) is not None and w.policy.kind != "static":
-        shape = {**shape, **POLICY}
+        shape = {**shape, "policy": POLICY_SHAPES[w.policy.kind]}
     return shape
 
 

@@ -13,6 +13,7 @@ from testbed.metrics import describe, size_class
 from testbed.paths import path_rate
 from testbed.scenario import Scenario
 from testbed.workloads.controller import Controller
+from testbed.workloads.marking import demote_after
 from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.websearch import flowsizes
 from testbed.workloads.websearch.node import FIELDS, arrivals, host_rng
@@ -94,6 +95,11 @@ class Websearch(Controller):
             "stream": self.name,
             "time_scale": self.time_scale,
         }))  # fmt: skip
+        if self.cfg.demote is not None:
+            assert d.demote_dscp is not None and self.cfg.port is not None
+            for h in hosts:
+                demote_after(self.rt, h.netns, h.data_if, self.cfg.port, self.cfg.demote.after,
+                             d.demote_dscp, self.name)  # fmt: skip
         for h in hosts:
             out = self.dir / f"flows-{h.name}.csv"
             argv = ["--host", h.name, "--bind", str(h.data_ip), "--config", str(config),
@@ -101,9 +107,10 @@ class Websearch(Controller):
             self.spawn(h, "generator", NODE_MODULE, argv, out)
         log.info(
             "%s: %d hosts, %.3f flows/s per host (%.2f%% of a host link), mean flow %.0f B, "
-            "DSCP %d (%s)",
+            "DSCP %d (%s)%s",
             self.name, len(hosts), d.arrival_rate, d.utilization, d.mean_flow_size, d.dscp,
-            d.tc_class,
+            d.tc_class, "" if self.cfg.demote is None else
+            f", after {self.cfg.demote.after} B DSCP {d.demote_dscp} ({self.cfg.demote.to})",
         )  # fmt: skip
 
     def progress(self) -> str:

@@ -12,15 +12,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from testbed.fields import FieldProblem, Percent
+from testbed.fields import STRICT, FieldProblem, Percent, Size
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.websearch import flowsizes
 
 PORT = 5301  # the first web-search instance's servers; the n-th adds n
 SIZE_CDFS = ("websearch", "datamining")
+
+
+class Demotion(BaseModel):
+    """PIAS's idea (NSDI'15) in two levels: a flow's first bytes in its own class, the rest in
+    a lower one, so short flows keep the top band and long ones yield it as they grow."""
+
+    model_config = STRICT
+
+    after: Size = Field(
+        gt=0,
+        description="bytes a flow's sender puts on the wire in the flow's own class (IP "
+        "packets, headers included, counted by conntrack) before the rest goes to `to`",
+    )
+    to: str = Field(description="the class of the rest of a longer flow: below the flow's own")
 
 
 class WebsearchDerived(Placement):
@@ -33,6 +47,9 @@ class WebsearchDerived(Placement):
         None, description="leaf-spine: percent of the busiest leaf–spine link's rate"
     )
     ack_dscp: int = Field(description="the DSCP of the fetching side's packets (its ACKs)")
+    demote_dscp: int | None = Field(
+        None, description="the DSCP of a flow's bytes after `demote.after` (demote.to's)"
+    )
 
 
 class WebsearchWorkload(Placed):
@@ -67,6 +84,11 @@ class WebsearchWorkload(Placed):
         description="the class of the receiving side's packets (the request, the ACKs): unset, "
         "the flow's own; the thesis' ns-3 sinks carry no ToS, so their ACKs sit in the port's "
         "middle band, below the flows' (tc profile thesis-3band: ack_class: middle)",
+    )
+    demote: Demotion | None = Field(
+        None,
+        description="PIAS-style demotion: a flow's first `after` bytes in its class, the rest "
+        "in the lower class `to` (`{after: 100KB, to: low}`); unset, every byte in its class",
     )
 
     derived: WebsearchDerived | None = Field(
@@ -126,6 +148,7 @@ def resolve(
         if problem := s.tc_profile.unknown_class(w.ack_class):
             raise FieldProblem(("ack_class",), problem)
         ack_dscp = s.tc_profile.cls(w.ack_class).mark
+    demote_dscp = None if w.demote is None else _demotion(w.demote, s, place)
     w.derived = WebsearchDerived(
         **place.model_dump(),
         arrival_rate=rate,
@@ -133,7 +156,24 @@ def resolve(
         mean_flow_size=mean,
         fabric_utilization=fabric,
         ack_dscp=ack_dscp,
+        demote_dscp=demote_dscp,
     )
+
+
+def _demotion(dm: Demotion, s: Any, place: Placement) -> int:
+    """The lower class's DSCP, refused in one line unless it is a class below the flows'."""
+    profile = s.tc_profile
+    if problem := profile.unknown_class(dm.to):
+        raise FieldProblem(("demote", "to"), problem)
+    names = profile.class_names
+    if names.index(dm.to) <= names.index(place.tc_class):
+        raise FieldProblem(
+            ("demote", "to"),
+            f"{dm.to!r} is not below the flows' own class {place.tc_class!r} in tc profile "
+            f"{profile.name!r} (highest first: {', '.join(names)}); a flow is demoted to a "
+            "lower class",
+        )
+    return profile.cls(dm.to).mark
 
 
 def dilate(w: WebsearchWorkload, k: float) -> dict[str, Any]:
@@ -171,6 +211,7 @@ register(
         records=lambda name: flows_file(name),
         record_durations=("fct_s", "lag_s"),
         doc=WebsearchWorkload.__doc__ or "",
+        models=(Demotion,),
     )
 )
 
