@@ -31,15 +31,36 @@ def is_sweep(path: Path) -> bool:
     return (path / "sweep.json").is_file()
 
 
+# Student's t, two-sided 95 %, by degrees of freedom (a table: scipy is not a dependency, and
+# a sweep has a handful of seeds); beyond the table the normal's 1.96 is within 4 %
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+       9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
+
+
+def t95(df: int) -> float:
+    """t's 97.5 % point at `df` (df ≥ 1), from the table's nearest lower row (wider, never
+    narrower)."""
+    return 1.96 if df > 30 else T95[max(k for k in T95 if k <= df)]
+
+
 def _spread(xs: list[float | None]) -> dict[str, Any]:
+    """Over the seeds: the mean of the paired changes, their range, and the mean's 95 %
+    interval (Student's t; None with fewer than two seeds)."""
     vals = [x for x in xs if x is not None and not math.isnan(x)]
     if not vals:
-        return {"mean": None, "min": None, "max": None, "n": 0, "per_seed": xs}
+        return {"mean": None, "min": None, "max": None, "n": 0, "interval": None, "per_seed": xs}
+    n, mean = len(vals), sum(vals) / len(vals)
+    interval = None
+    if n > 1:
+        sd = math.sqrt(sum((x - mean) ** 2 for x in vals) / (n - 1))
+        half = t95(n - 1) * sd / math.sqrt(n)
+        interval = [mean - half, mean + half]
     return {
-        "mean": sum(vals) / len(vals),
+        "mean": mean,
         "min": min(vals),
         "max": max(vals),
-        "n": len(vals),
+        "n": n,
+        "interval": interval,
         "per_seed": xs,
     }
 
@@ -199,6 +220,50 @@ def _plot_map(
         fontsize=9,
     )
     fig.colorbar(im, ax=ax, label=f"{colour or 'iteration'} time change (%)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_tradeoff(agg: dict[str, Any], out: Path) -> Path | None:
+    """The trade-off of each compared value against the baseline (issue 32's plot): per cell,
+    one point per value and seed at (iteration change, small flows' mean FCT change), so a
+    policy that keeps the flows' gain at no cost to the job sits low on the left. None when
+    the sweep has no training job or no web search to put on the axes."""
+    figures = {k for c in agg["cells"] for k in c["change_pct"]}
+    x_key = next((k for k in sorted(figures) if k.rsplit(".", 1)[-1] == "iteration"), None)
+    y_key = next((k for k in sorted(figures) if k.rsplit(".", 1)[-1] == "small"), None)
+    if x_key is None or y_key is None:
+        return None
+    from testbed.runs import pyplot
+
+    plt = pyplot()
+    axis = agg["compare"]["axis"]
+    cells = list(dict.fromkeys(json.dumps(c["cell"], sort_keys=True) for c in agg["cells"]))
+    values = list(dict.fromkeys(c[axis] for c in agg["cells"]))
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.6 * len(cells) + 1.4, 4.2), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        for i, value in enumerate(values):
+            mine = [c for c in agg["cells"]
+                    if json.dumps(c["cell"], sort_keys=True) == cell and c[axis] == value]  # fmt: skip
+            if not mine:
+                continue
+            xs = mine[0]["change_pct"].get(x_key, {}).get("per_seed") or []
+            ys = mine[0]["change_pct"].get(y_key, {}).get("per_seed") or []
+            pts = [(x, y) for x, y in zip(xs, ys, strict=False) if x is not None and y is not None]
+            if pts:
+                ax.scatter(*zip(*pts, strict=True), label=value, color=f"C{i}", s=28)
+        ax.axvline(0, color="grey", lw=0.6)
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.set_title(", ".join(f"{short_name(k)}={v}" for k, v in json.loads(cell).items()),
+                     fontsize=9)  # fmt: skip
+        ax.set_xlabel(f"{x_key} time change (%)")
+        ax.set_ylabel(f"{y_key} flows' mean FCT change (%)")
+    axes[0][-1].legend(fontsize=8, title=f"{axis}, one point a seed", title_fontsize=8)
+    fig.suptitle(f"{agg['name']}: against {agg['compare']['baseline']!r}, paired by seed",
+                 fontsize=10)  # fmt: skip
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)

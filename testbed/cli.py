@@ -416,6 +416,8 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
         return
     agg = ag.aggregate(path)
     plots, why_not = ([], None) if no_plots else ag.plot_maps(agg, path / "plots")
+    if not no_plots and (tradeoff := ag.plot_tradeoff(agg, path / "plots" / "tradeoff.png")):
+        plots.append(tradeoff)
     agg["plots"] = [str(p) for p in plots]
     if as_json:
         click.echo(json.dumps(agg, indent=2))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.aggregate import aggregate, plot_maps
+from testbed.aggregate import aggregate, plot_maps, plot_tradeoff
 
 R = "workloads.horovod.compute_to_network_ratio"
 U = "workloads.websearch.utilization"
@@ -88,6 +88,10 @@ def test_changes_per_seed_and_over_seeds_by_hand(sweep):
     assert ch["medium"]["per_seed"] == [None, pytest.approx(-50.0)]  # seed 1 has no medium flow
     assert ch["iteration"]["per_seed"] == pytest.approx([10.0, 30.0])
     assert ch["iteration"]["mean"] == pytest.approx(20.0)
+    # the mean's 95 % interval over 2 seeds: sd of (10, 30) = 14.142, t(1) = 12.706:
+    # 20 ± 12.706 · 14.142 / √2 = 20 ± 127.06
+    assert ch["iteration"]["interval"] == pytest.approx([20 - 127.06, 20 + 127.06], abs=0.01)
+    assert ch["medium"]["interval"] is None  # one seed
     # matched: seed 1 only flow a completed in both (10 → 5 ms: -50 %); b censored in "low",
     # c censored in "high"; seed 2: a 20 → 15 (-25 %)
     m = low["matched_change_pct"]["small"]
@@ -104,6 +108,15 @@ def test_one_map_per_compared_value(sweep, tmp_path):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
     agg["axes"].append("workloads.topology.hosts")  # a third axis: squares would overlap
     assert plot_maps(agg, tmp_path / "plots2")[1].startswith("no map")
+
+
+def test_the_tradeoff_plot_has_a_point_per_value_and_seed(sweep, tmp_path):
+    agg = aggregate(sweep)
+    out = plot_tradeoff(agg, tmp_path / "plots" / "tradeoff.png")
+    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for c in agg["cells"]:  # without an iteration figure there is nothing to plot
+        c["change_pct"].pop("iteration")
+    assert plot_tradeoff(agg, tmp_path / "none.png") is None
 
 
 def test_report_prints_the_hand_computed_changes(sweep):
