@@ -23,6 +23,7 @@ from testbed.scenario import Scenario, apply_overrides, read_yaml, validate
 from testbed.units import format_duration, format_rate
 from testbed.workloads import kinds
 from testbed.workloads.base import Placement
+from testbed.workloads.registry import load
 
 RATE_FLOOR = 8_000  # bit/s: the lowest rate Topology accepts, and what HTB is tested at
 
@@ -70,6 +71,9 @@ def resolve(s: Scenario, base_dir: Path | None = None) -> None:
                 kind.resolve(w, s, base_dir, ordinal=ordinal, place=place)
             except FieldProblem as e:
                 raise FieldProblem((*at, *e.loc), e.msg) from None
+    for kind in {w.kind: kinds.get(w.kind) for w in s.workloads.values()}.values():
+        if kind.resolve_group is not None:  # derived across a kind's instances
+            load(kind.resolve_group)(s)
     _refuse_shared_ports(s, hosts)
     try:
         expect.parse(s.expect, s)

@@ -42,7 +42,7 @@ import numpy as np
 from testbed.resolve import load_scenario, with_overrides
 from testbed.scenario import Scenario
 from testbed.workloads.training.predict import Network, Schedule, for_instance, simulate
-from testbed.workloads.training.spec import layers_for
+from testbed.workloads.training.synthetic import layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, events, operations
 
 DT = 1e-6  # the grid: 1 µs of scenario time

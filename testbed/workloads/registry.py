@@ -39,6 +39,10 @@ class Kind:
     report: str | None = None  # "module": the kind's report hooks (reporting.ReportHooks)
     resolve: Callable[..., None] | None = None  # (cfg, scenario, base_dir, ordinal, place): derived
     dilate: Callable[[Any, float], dict[str, Any]] | None = None  # (cfg, K): wall-clock fields
+    resolve_group: str | None = (
+        None  # "module:callable" (scenario): what it derives across its instances once each
+        # is resolved; may refuse (FieldProblem with the path from the scenario's root)
+    )
     preflight: str | None = None  # "module:callable" (name, cfg, scenario) → warnings; may refuse
     predict: str | None = None  # "module:callable" (name, scenario) → the event model's figures
     predictable: Callable[[Any], bool] | None = None  # (cfg): whether `predict` knows it

@@ -104,7 +104,7 @@ def test_a_refused_schedule_says_which_backend_or_mode_can(job, needle):
 
 def test_torch_ddp_accepts_the_thesis_schedule_in_synthetic_mode():
     """queue: priority, barrier: false, fusion: static (or dynamic): run by ddp_schedule."""
-    from testbed.workloads.training.spec import fusion_of
+    from testbed.workloads.training.synthetic import fusion_of
 
     for fusion in ("static", "dynamic", "buckets"):
         job = {"backend": "torch-ddp", "queue": "priority", "barrier": False, "fusion": fusion}

@@ -55,7 +55,7 @@ def test_the_machine_runs_the_thesis_at_a_hundredth_with_every_size_kept():
 
 def test_a_profile_keeps_its_shape_when_dilated(tmp_path):
     from testbed.workloads.training import models
-    from testbed.workloads.training.spec import layers_for
+    from testbed.workloads.training.synthetic import layers_for
 
     trace = tmp_path / "p.txt"
     trace.write_text("1 a 1000 3000 0 4000\n2 b 500 1000 0 8000\n")  # µs

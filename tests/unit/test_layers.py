@@ -211,6 +211,8 @@ LAYERS: list[tuple[str, list[str]]] = [
                            "testbed.workloads.training.horovod", "testbed.workloads.training.gpus",
                            "testbed.workloads.training.adaptive",
                            "testbed.workloads.training.per_transfer",
+                           "testbed.workloads.training.interleave",
+                           "testbed.workloads.training.groups",
                            "testbed.runs"]),
     ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian", "testbed.ending",
                         "testbed.access", "testbed.budget_probe"]),

@@ -179,7 +179,7 @@ def test_the_jobs_schedule_is_what_predict_models():
     faster than fifo with a barrier on a network-bound job (4 MB at 100 Mbit/s, 300 ms)."""
     from testbed.resolve import load_scenario_data
     from testbed.workloads.training.predict import ack_efficiency, for_scenario
-    from testbed.workloads.training.spec import layers_for
+    from testbed.workloads.training.synthetic import layers_for
 
     job = {
         "kind": "torch-ddp",

@@ -9,7 +9,7 @@ import pytest
 from testbed.resolve import load_scenario_data
 from testbed.workloads.training import models
 from testbed.workloads.training.horovod_worker import Clock
-from testbed.workloads.training.spec import layers_for
+from testbed.workloads.training.synthetic import layers_for
 
 
 def test_the_layer_sizes_are_the_run_scripts():

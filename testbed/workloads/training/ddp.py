@@ -22,7 +22,7 @@ from testbed.errors import RunFailure
 from testbed.runtime.base import Launch, NodeProcess
 from testbed.stopping import checkpoint
 from testbed.workloads.training.horovod import HorovodJob, nccl_env
-from testbed.workloads.training.spec import fusion_of
+from testbed.workloads.training.synthetic import fusion_of
 
 log = logging.getLogger(__name__)
 WORKER_MODULE = "testbed.workloads.training.ddp_worker"
@@ -39,9 +39,9 @@ class DdpJob(HorovodJob):
         super().__init__(*args, **kwargs)
         self.store: NodeProcess | None = None
 
-    def _config(self) -> dict[str, Any]:
+    def worker_config(self) -> dict[str, Any]:
         return {
-            **super()._config(),
+            **super().worker_config(),
             "bucket_cap": self.cfg.bucket_cap,
             "queue": self.cfg.queue,
             "fusion": fusion_of(self.cfg),
@@ -76,7 +76,7 @@ class DdpJob(HorovodJob):
         hosts = self.hosts()
         self._mark(hosts)  # the policy's runner first: the workers' config carries its part
         config = self.dir / "worker-config.json"
-        cfg = self._config()
+        cfg = self.worker_config()
         config.write_text(json.dumps(cfg))
         store = self._start_store()
         base_env = {

@@ -46,7 +46,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.workloads.training.horovod_worker import FINISH, Clock, Recorder, Stamp
+from testbed.workloads.training.horovod_worker import (
+    FINISH,
+    NO_PACE,
+    Clock,
+    Pacer,
+    Recorder,
+    Stamp,
+)
 from testbed.workloads.training.models import BYTES_PER_PARAM, buckets_for, static_buffers
 
 
@@ -71,7 +78,7 @@ class Plan:
 
 
 def plan_for(cfg: dict[str, Any]) -> Plan:
-    """The worker's plan from its configuration (ddp.py's `_config`)."""
+    """The worker's plan from its configuration (ddp.py's `worker_config`)."""
     params = [int(x[1]) for x in cfg["layers"]]
     sizes = [p * BYTES_PER_PARAM for p in params]
     fusion, threshold = cfg["fusion"], float(cfg["fusion_threshold"])
@@ -274,6 +281,7 @@ def scheduled(
     rec: Recorder,
     deadline: float | None,
     groups: list[Any] | None = None,
+    pacer: Pacer = NO_PACE,
 ) -> None:
     """The iterations (see the module's docstring). Without a barrier an iteration ends where
     the next one starts, as horovod_worker's, so it is recorded one iteration late.
@@ -296,6 +304,7 @@ def scheduled(
             if pending is not None:
                 rec.add(pending[0], pending[1], start, pending[2])
                 pending = None
+            pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
             late = deadline is not None and last is not None and 2 * start.wall - last >= deadline
             flag: bool | None = FINISH.is_set() or late
             last = start.wall

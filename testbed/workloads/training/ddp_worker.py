@@ -37,7 +37,9 @@ from testbed.window import wait_for_go
 from testbed.workloads.training.ddp_schedule import scheduled
 from testbed.workloads.training.horovod_worker import (
     FINISH,
+    NO_PACE,
     Clock,
+    Pacer,
     Recorder,
     Stamp,
     install_stop_signals,
@@ -102,10 +104,11 @@ def synthetic(
     rec: Recorder,
     deadline: float,
     groups: list[Any] | None = None,
+    pacer: Pacer = NO_PACE,
 ) -> None:
     schedule = (cfg.get("fusion", "buckets"), cfg.get("queue", "fifo"), cfg["barrier"])
     if schedule != ("buckets", "fifo", True) or groups:  # a schedule DDP cannot run
-        return scheduled(cfg, dist, torch, rec, deadline, groups)
+        return scheduled(cfg, dist, torch, rec, deadline, groups, pacer)
     layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
     plan = buckets_for([int(x[1]) for x in layers], int(cfg["bucket_cap"]))
     device = torch.device(cfg.get("device", "cpu"))
@@ -123,6 +126,7 @@ def synthetic(
         if vote.stop():
             break
         start = Stamp()
+        pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
         compute = 0.0
         for _, _, fwd, _ in layers:
             clock.compute(fwd)
@@ -227,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if cfg["mode"] == "real":
         real(cfg, dist, torch, rec, deadline=window.end)
     else:
-        synthetic(cfg, dist, torch, rec, deadline=window.end, groups=groups)
+        synthetic(
+            cfg, dist, torch, rec, deadline=window.end, groups=groups, pacer=Pacer(cfg, window.t0)
+        )
     args.out.with_suffix(".done").touch()
     sys.stdout.flush()
     if metrics is not None:

@@ -43,7 +43,8 @@ from testbed.workloads.training.gpus import devices
 from testbed.workloads.training.horovod_worker import FIELDS
 from testbed.workloads.training.policies import POLICIES
 from testbed.workloads.training.rendezvous import RendezvousStore
-from testbed.workloads.training.spec import HorovodWorkload, iterations_file, layers_for
+from testbed.workloads.training.spec import HorovodWorkload, iterations_file
+from testbed.workloads.training.synthetic import layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, breakdown
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,9 @@ class HorovodJob(Controller):
             json.dumps({"dist_backend": backend, "env": env, "devices": devices}, indent=1)
         )
 
-    def _config(self) -> dict[str, Any]:
+    def worker_config(self) -> dict[str, Any]:
+        """What every worker is told (worker-config.json): the emulated model and schedule,
+        and the policy runner's part once it runs (per_transfer.py reads the rest first)."""
         cfg = self.cfg
         layers = layers_for(cfg) if cfg.mode == "synthetic" else []
         return {
@@ -192,7 +195,7 @@ class HorovodJob(Controller):
         hosts = self.hosts()
         self._mark(hosts)  # the policy's runner first: the workers' config carries its part
         config = self.dir / "worker-config.json"
-        config.write_text(json.dumps(self._config()))
+        config.write_text(json.dumps(self.worker_config()))
         self.rdv = Rendezvous(str(self.topo.mgmt_bridge_ip), hosts)
         base_env = {
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(self.topo.mgmt_bridge_ip),

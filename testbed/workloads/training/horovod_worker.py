@@ -157,6 +157,29 @@ class Clock:
         self.debt = max(0.0, self.last - end)
 
 
+class Pacer:
+    """Policy interleave (training/interleave.py): iteration i starts no earlier than its slot,
+    t0 + offset + i · period, on the wall clock every job's workers share. A late iteration
+    starts at once and keeps its index, so the slack between period and iteration time brings
+    the job back onto its slot. Without `pace` in the config it never waits."""
+
+    def __init__(self, cfg: dict[str, Any], t0: float) -> None:
+        pace = cfg.get("pace")
+        self.period = float(pace["period_s"]) if pace else None
+        self.next = t0 + float(pace["offset_s"]) if pace else 0.0
+
+    def wait(self) -> None:
+        if self.period is None:
+            return
+        ahead = self.next - time.time()
+        if ahead > 0:
+            time.sleep(ahead)
+        self.next += self.period
+
+
+NO_PACE = Pacer({}, 0.0)
+
+
 def small_cnn(torch: Any) -> Any:
     """The real mode's model (both backends): 25 578 float32 parameters."""
     nn = torch.nn
@@ -194,7 +217,12 @@ def install_stop_signals() -> None:
 
 
 def synthetic(
-    cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder, deadline: float | None = None
+    cfg: dict[str, Any],
+    hvd: Any,
+    torch: Any,
+    rec: Recorder,
+    deadline: float | None = None,
+    pacer: Pacer = NO_PACE,
 ) -> None:
     layers = cfg["layers"]  # [name, params, forward_s, backward_s], input to output
     device = torch.device(cfg.get("device", "cpu"))  # cuda: reduced by NCCL, not Gloo
@@ -215,6 +243,7 @@ def synthetic(
         if pending is not None:
             rec.add(pending[0], pending[1], start, pending[2])
             pending = None
+        pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
         compute = 0.0
         for j, (_, _, fwd, _) in enumerate(layers):
             if handles[j] is not None:
@@ -323,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg["mode"] == "real":
         real(cfg, hvd, torch, rec, deadline=window.end)
     else:
-        synthetic(cfg, hvd, torch, rec, deadline=window.end)
+        synthetic(cfg, hvd, torch, rec, deadline=window.end, pacer=Pacer(cfg, window.t0))
     args.out.with_suffix(".done").touch()
     if metrics is not None:
         while True:  # keep the exporter up for the final scrape (peers may be mid-iteration)

@@ -73,7 +73,7 @@ def start(job: Any) -> PerTransfer:
     the class's addresses made and marked on every host before its workers start."""
     policy = job.cfg.policy
     profile = job.s.tc_profile
-    worker_cfg = job._config()
+    worker_cfg = job.worker_config()
     layers = chosen_layers(job, [int(x[1]) for x in worker_cfg["layers"]])
     plan = plan_for({**worker_cfg, "transfer_classes": {"layers": layers}})
     hosts = job.hosts()

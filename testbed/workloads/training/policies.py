@@ -20,7 +20,17 @@ module, and one line in POLICIES.
   own); Horovod sends every buffer over one set of connections and cannot carry it.
 - tail: a class per transfer too, for the buffers whose reduction is exposed: those that the
   model of the job alone (`testbed predict`, from the job's own profile and schedule) has
-  still reducing when backward ends, the bytes that set the iteration time."""
+  still reducing when backward ends, the bytes that set the iteration time.
+- interleave: jobs that take turns (CASSINI, NSDI'24): the jobs with this policy share one
+  period and each starts its iterations at an offset in it, computed from the jobs' own
+  models so that their network phases do not overlap (training/interleave.py). A given
+  offset is kept as given; today's `start` only shifts a job's first iteration, which drifts.
+  Any backend: it acts on when iterations start, not on their traffic.
+- by-ratio: job-level priority, Crux-style (SIGCOMM'24): the jobs with this policy are ranked
+  by compute-to-network ratio, and the most compute-intensive job, which idles the most
+  compute per byte it waits for, gets the first of `classes`, the next the second, and so on
+  (the rest share the last). Resolved at load: the job's class is the policy's, fixed for the
+  run (training/ranking.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from testbed.fields import STRICT, Percent
+from testbed.fields import STRICT, Duration, Percent
 
 
 class StaticPolicy(BaseModel):
@@ -113,6 +123,44 @@ class TailPolicy(BaseModel):
     )
 
 
+class InterleavePolicy(BaseModel):
+    """Iterations started on a period shared with the other interleaved jobs, at an offset."""
+
+    model_config = STRICT
+
+    kind: Literal["interleave"] = "interleave"
+    offset: Duration | None = Field(
+        None,
+        ge=0,
+        description="when in the group's period this job's iterations start (default: "
+        "computed so that the jobs' network phases overlap least); less than its slot",
+    )
+    margin: Percent = Field(
+        5.0,
+        ge=0,
+        le=100,
+        description="the group's period is the longest iteration alone stretched by this "
+        "much: the slack that brings a late iteration back onto its slot (the group takes "
+        "the largest any job gives)",
+    )
+
+
+class ByRatioPolicy(BaseModel):
+    """The job's class from its rank by compute-to-network ratio among the jobs with this
+    policy: the highest ratio gets the first of `classes`."""
+
+    model_config = STRICT
+
+    kind: Literal["by-ratio"] = "by-ratio"
+    classes: list[str] = Field(
+        default_factory=lambda: ["high", "middle", "low"],
+        min_length=1,
+        description="the classes to hand out, highest priority first: the job of the highest "
+        "compute-to-network ratio gets the first, the next job the second; jobs beyond the "
+        "list share its last (every job of the group must give the same list)",
+    )
+
+
 @dataclass(frozen=True)
 class Declared:
     name: str
@@ -146,6 +194,10 @@ POLICIES: dict[str, Declared] = {
         backends=("torch-ddp",),
         per_transfer=True,
     ),
+    "interleave": Declared(
+        "interleave", InterleavePolicy, "testbed.workloads.training.interleave:start"
+    ),
+    "by-ratio": Declared("by-ratio", ByRatioPolicy, "testbed.workloads.training.ranking:start"),
 }
 
 

@@ -96,6 +96,7 @@ class Prediction:
     forward_ends: list[float]
     backward_ends: list[float]
     transfers: list[Transfer] = field(default_factory=list)  # of the last iteration
+    forward_starts: list[float] = field(default_factory=list)
 
     def network_s(self) -> float:
         return sum(t.end - t.start for t in self.transfers)
@@ -145,12 +146,14 @@ def simulate(layers: list[Layer], net: Network, sched: Schedule, iterations: int
     done = [0.0] * n  # when each layer's previous reduction finished (all updated at t = 0)
     t = 0.0
     link_free = 0.0
+    fs: list[float] = []
     fe: list[float] = []
     be: list[float] = []
     transfers: list[Transfer] = []
     for _ in range(iterations):
         if sched.barrier:
             t = max([t, *done])
+        fs.append(max(t, done[0]))
         for j, layer in enumerate(layers):
             t = max(t, done[j]) + layer.forward_s
         fe.append(t)
@@ -164,7 +167,7 @@ def simulate(layers: list[Layer], net: Network, sched: Schedule, iterations: int
             for j in tr.layers:
                 done[j] = tr.end
         link_free = transfers[-1].end if transfers else link_free
-    return Prediction(fe[-1] - fe[-2] if len(fe) > 1 else fe[0], fe, be, transfers)
+    return Prediction(fe[-1] - fe[-2] if len(fe) > 1 else fe[0], fe, be, transfers, fs)
 
 
 def thesis_ch4_layers(
@@ -236,7 +239,7 @@ def _model(name: str, s: Scenario) -> tuple[Any, list[Layer], Network, dict[str,
     """Training instance `name`'s layers, its network alone and its fusion (Schedule's fields
     but queue and barrier)."""
     from testbed.paths import leaf_of
-    from testbed.workloads.training.spec import fusion_of, layers_for
+    from testbed.workloads.training.synthetic import fusion_of, layers_for
 
     h = s.workloads.get(name)
     if h is None or h.kind not in ("horovod", "torch-ddp"):
@@ -267,6 +270,17 @@ def _model(name: str, s: Scenario) -> tuple[Any, list[Layer], Network, dict[str,
     else:
         fusion = {"fusion_bytes": h.fusion_threshold, "fusion": kind}
     return h, layers, net, fusion
+
+
+def network_arcs(name: str, s: Scenario) -> tuple[float, list[tuple[float, float]]]:
+    """Instance `name`'s iteration time alone and, in its steady state, when its ring is busy:
+    (start, end) of each reduction, from the start of its iteration's forward pass (an end
+    may lie past the iteration, where reductions overlap the next forward). Policy
+    `interleave` places these on the jobs' common period (training/interleave.py)."""
+    h, layers, net, fusion = _model(name, s)
+    p = simulate(layers, net, Schedule(queue=h.queue, barrier=h.barrier, **fusion))
+    t0 = p.forward_starts[-1]
+    return p.iteration_s, [(t.start - t0, t.end - t0) for t in p.transfers]
 
 
 def exposed_layers(name: str, s: Scenario) -> set[int]:

@@ -55,6 +55,18 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
             f"  policy {pol['kind']}: {pol['buffers_to']} buffers ({pol['layers_to']} layers) "
             f"in {pol['to']}" + (f", {share:.1%} of the bytes" if share is not None else "")
         )
+    elif pol and pol["kind"] == "by-ratio":
+        out.print(
+            f"  policy by-ratio: rank {pol['rank']} of {pol['jobs']} by compute-to-network "
+            f"ratio ({pol['compute_to_network_ratio']:.3g}), so class {pol['to']}"
+        )
+    elif pol and pol["kind"] == "interleave":
+        out.print(
+            f"  policy interleave: {pol['jobs']} jobs on a {fmt_ms(pol['period_s'])} ms period, "
+            f"this one's iterations every {fmt_ms(pol['slot_s'])} ms from offset "
+            f"{fmt_ms(pol['offset_s'])} ms; its {fmt_ms(pol['network_s'])} ms of network alone "
+            f"overlap the others' by {fmt_ms(pol['planned_overlap_s'])} ms in the plan"
+        )
     elif pol:
         share = pol["escalated_share"]
         out.print(

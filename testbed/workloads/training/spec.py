@@ -13,7 +13,6 @@ leaf-spine, the fabric link a ring step crosses, shared by the steps that cross 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,7 +23,16 @@ from testbed.fields import Duration, FieldProblem, Size
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.training import models
-from testbed.workloads.training.policies import POLICIES, LayersPolicy, Policy, StaticPolicy
+from testbed.workloads.training.policies import (
+    POLICIES,
+    ByRatioPolicy,
+    InterleavePolicy,
+    LayersPolicy,
+    Policy,
+    StaticPolicy,
+    TailPolicy,
+)
+from testbed.workloads.training.synthetic import fusion_of
 
 DEFAULT_COMPUTE_S = 0.9  # thesis Table 4.1
 
@@ -210,34 +218,6 @@ class TorchDdpWorkload(HorovodWorkload):
     )
 
 
-def layers_for(w: HorovodWorkload) -> list[models.Layer]:
-    """The synthetic worker's layers: sizes scaled, compute spread (no I/O beyond the trace).
-    A trace keeps its own per-layer times, stretched in proportion when the compute asked for
-    differs (a ratio, or time dilation); a model gets the thesis' arithmetic progression."""
-    if w.profile:
-        layers = models.load_trace(Path(w.profile), w.profile_time_unit)
-    else:
-        layers = models.MODELS[w.model]()
-    if w.model_size:
-        layers = models.scale_to(layers, w.model_size)
-    compute = w.d.compute_time
-    total = models.total_compute(layers)
-    if w.profile and total > 0:
-        if not math.isclose(total, compute):
-            f = compute / total
-            layers = [
-                models.Layer(x.name, x.params, x.forward_s * f, x.backward_s * f) for x in layers
-            ]
-    else:
-        layers = models.COMPUTE_SPREADS.get(w.model, models.with_compute)(layers, compute)
-    return layers
-
-
-def fusion_of(w: HorovodWorkload) -> str:
-    """The job's fusion: its own, else its backend's (Horovod's dynamic, DDP's buckets)."""
-    return w.fusion or ("buckets" if w.backend == "torch-ddp" else "dynamic")
-
-
 def ddp_default_schedule(w: HorovodWorkload) -> bool:
     """DDP's own schedule (its buckets in readiness order, every one before the next step):
     the torch-ddp worker runs DistributedDataParallel's way, not its scheduled loop."""
@@ -329,6 +309,22 @@ def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
             "deadline, or its buffers)",
         )
     names = s.tc_profile.class_names
+    if isinstance(p, InterleavePolicy):
+        return
+    if isinstance(p, ByRatioPolicy):
+        if w.tc_class is not None or w.dscp is not None:
+            raise FieldProblem(
+                ("tc_class" if w.tc_class is not None else "dscp",),
+                "policy by-ratio gives the job its class; remove this or the policy",
+            )
+        for i, c in enumerate(p.classes):
+            if c not in names:
+                raise FieldProblem(
+                    ("policy", "classes", i),
+                    f"{c!r} is not a class of tc profile {s.tc_profile.name!r} "
+                    f"({', '.join(names)})",
+                )
+        return
     if p.to not in names:
         raise FieldProblem(
             ("policy", "to"),
@@ -341,11 +337,11 @@ def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
             f"{s.tc_profile.name!r} (highest first: {', '.join(names)}); the policy moves "
             "traffic to a higher class",
         )
-    if POLICIES[p.kind].per_transfer:
+    if isinstance(p, LayersPolicy | TailPolicy):  # POLICIES[p.kind].per_transfer
         _check_per_transfer(w, p, s)
 
 
-def _check_per_transfer(w: HorovodWorkload, p: Any, s: Any) -> None:
+def _check_per_transfer(w: HorovodWorkload, p: LayersPolicy | TailPolicy, s: Any) -> None:
     """A class per transfer: Gloo groups on addresses of their own, on one bridged subnet."""
     if isinstance(p, LayersPolicy) and (p.first is None) == (p.share is None):
         raise FieldProblem(
@@ -440,7 +436,10 @@ def resolve(
 def dilate(w: HorovodWorkload, k: float) -> dict[str, Any]:
     """The derived compute (from R, a trace or the default) made explicit, then dilated;
     giving compute_time drops the ratio it came from."""
-    return {"compute_time": w.d.compute_time * k, "cycle_time": w.cycle_time * k}
+    out = {"compute_time": w.d.compute_time * k, "cycle_time": w.cycle_time * k}
+    if isinstance(w.policy, InterleavePolicy) and w.policy.offset is not None:
+        out["policy.offset"] = w.policy.offset * k
+    return out
 
 
 SUMMARY = {
@@ -482,6 +481,15 @@ POLICY_SHAPES = {
     "layers": {"layers_to": "1", "buffers_to": "1", "bytes_to": "B", "share_to": "1"},
 }
 POLICY_SHAPES["tail"] = POLICY_SHAPES["layers"]
+POLICY_SHAPES["interleave"] = {
+    "jobs": "1",
+    "period_s": "s",
+    "slot_s": "s",
+    "offset_s": "s",
+    "network_s": "s",
+    "planned_overlap_s": "s",
+}
+POLICY_SHAPES["by-ratio"] = {"rank": "1", "jobs": "1", "compute_to_network_ratio": "1"}
 POLICY = {"policy": {k: v for shape in POLICY_SHAPES.values() for k, v in shape.items()}}
 
 
@@ -510,6 +518,7 @@ for _kind, _config, _doc, _summary in (
             summary_of=summary_of,
             resolve=resolve,
             dilate=dilate,
+            resolve_group="testbed.workloads.training.groups:resolve",
             records=lambda name: iterations_file(name),
             record_durations=("duration_s", "compute_s", "wait_s"),
             preflight="testbed.workloads.training.gpus:preflight",

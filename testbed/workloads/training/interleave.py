@@ -1,0 +1,165 @@
+"""Policy `interleave` (policies.py): training jobs that share a fabric take turns on it,
+CASSINI-style (Rajasekaran et al., NSDI'24). Each job's iteration has a phase that needs the
+network (its reductions) and one that does not (compute); jobs whose network phases coincide
+share the link and each is slowed, jobs whose phases alternate each run as if alone.
+
+The plan (pure, unit-tested by hand): every job's iteration time alone and its network arcs
+come from its event model (predict.network_arcs). The group's period P is the longest of
+those times, stretched by the policy's `margin`; a job that fits its iteration into P more
+than once runs n = ⌊P / (its time × (1 + margin))⌋ iterations a period (CASSINI's unified
+circle, with harmonic periods only). The jobs are placed on a circle of length P one at a
+time, the most network first (then by name), each at the offset, on a grid of P / 720, where
+its arcs (n copies, P / n apart) overlap the arcs already placed the least; the earliest such
+offset wins. An offset the user gives is placed first, as given.
+
+The workers keep to the plan (horovod_worker.Pacer): iteration i of a job starts no earlier
+than t0 + offset + i · P / n. A late iteration starts at once and keeps its place on the grid,
+so the slack that the margin leaves brings the job back onto it. The iteration's recorded
+time includes any wait for its slot: the job's throughput, not only its busy time.
+
+What the plan assumes: every job of the group shares one bottleneck (placing them apart costs
+nothing if they do not), and the model's arcs alone are what the jobs do (compute emulated
+per layer; the workers' own overheads come out of the margin)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+GRID = 720  # offsets tried per period
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A job as the plan sees it: its iteration time alone and its network arcs (start, end)
+    from the start of its iteration, in seconds."""
+
+    name: str
+    iteration_s: float
+    arcs: tuple[tuple[float, float], ...]
+    offset_s: float | None = None  # given by the user; None: the plan chooses
+
+    @property
+    def network_s(self) -> float:
+        return sum(b - a for a, b in self.arcs)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a job runs: its iterations start at offset_s + i · slot_s (from the run's t0)."""
+
+    period_s: float  # the group's period P
+    per_period: int  # n: the job's iterations per period
+    offset_s: float
+    overlap_s: float  # of its network time per period, how much the plan could not separate
+
+    @property
+    def slot_s(self) -> float:
+        return self.period_s / self.per_period
+
+
+def period(profiles: list[Profile], margin: float) -> float:
+    """P: the longest iteration alone, stretched by `margin` (a fraction)."""
+    return max(p.iteration_s for p in profiles) * (1 + margin)
+
+
+def _bins(arcs: tuple[tuple[float, float], ...], shift: float, step: float, n: int) -> list[int]:
+    """The grid bins (mod GRID) that the arcs cover when shifted by `shift`, `n` copies."""
+    out: list[int] = []
+    for m in range(n):
+        for a, b in arcs:
+            lo = round((a + shift + m * GRID * step / n) / step)
+            hi = max(lo + 1, round((b + shift + m * GRID * step / n) / step))
+            out.extend(k % GRID for k in range(lo, hi))
+    return out
+
+
+def plan(profiles: list[Profile], margin: float) -> dict[str, Slot]:
+    """Each job's slot (the module's docstring says how)."""
+    big_p = period(profiles, margin)
+    step = big_p / GRID
+    busy = [0] * GRID  # how many placed jobs' arcs cover each bin
+    order = sorted(profiles, key=lambda p: (p.offset_s is None, -p.network_s, p.name))
+    out: dict[str, Slot] = {}
+    for p in order:
+        n = max(1, math.floor(big_p / (p.iteration_s * (1 + margin)) + 1e-9))
+        if p.offset_s is not None:
+            shift = p.offset_s
+        else:
+            width = GRID // n  # copies repeat every period / n: no need to try further
+            shift = step * min(
+                range(width), key=lambda k: sum(busy[b] for b in _bins(p.arcs, k * step, step, n))
+            )
+        bins = _bins(p.arcs, shift, step, n)
+        overlap = sum(busy[b] for b in bins) * step
+        for b in bins:
+            busy[b] += 1
+        out[p.name] = Slot(big_p, n, shift, overlap)
+    return out
+
+
+class Interleave:
+    """The runner of one job of the group: the workers pace themselves (worker_config); it
+    reports the plan."""
+
+    def __init__(self, name: str, slots: dict[str, Slot], network_s: float) -> None:
+        self.name, self.slots, self.slot = name, slots, slots[name]
+        self.network_s = network_s
+
+    def worker_config(self) -> dict[str, Any]:
+        return {"pace": {"offset_s": self.slot.offset_s, "period_s": self.slot.slot_s}}
+
+    def tick(self, now: float) -> None:
+        pass  # the workers keep to their slots themselves
+
+    def section(self, t0: float, t1: float) -> dict[str, Any]:
+        s = self.slot
+        return {
+            "kind": "interleave",
+            "jobs": len(self.slots),
+            "period_s": s.period_s,
+            "slot_s": s.slot_s,
+            "offset_s": s.offset_s,
+            "network_s": self.network_s,
+            "planned_overlap_s": s.overlap_s / s.per_period,
+        }
+
+    def warning(self) -> str | None:
+        s = self.slot
+        if len(self.slots) < 2:
+            return "policy interleave has no other job to take turns with (give it to two or more)"
+        if s.overlap_s > 0.05 * self.network_s * s.per_period:
+            return (
+                f"policy interleave could not keep its network phase apart from the others': "
+                f"{s.overlap_s / s.per_period * 1e3:.3g} ms of its "
+                f"{self.network_s * 1e3:.3g} ms overlap in the plan (the jobs' network phases "
+                "together exceed the period)"
+            )
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def plan_for(s: Any) -> tuple[list[Profile], dict[str, Slot]]:
+    """The group of scenario `s` (every training job whose policy is interleave) and its
+    slots, at the largest margin any of them asks for. Every job's runner computes the same
+    plan from the same scenario; the loader computes it too, to check given offsets."""
+    from testbed.workloads.training.predict import network_arcs, training_instances
+
+    group, margin = [], 0.0
+    for name, w in training_instances(s):
+        if w.policy.kind == "interleave":
+            it, arcs = network_arcs(name, s)
+            group.append(Profile(name, it, tuple(arcs), w.policy.offset))
+            margin = max(margin, w.policy.margin / 100)
+    return group, plan(group, margin)
+
+
+def start(job: Any) -> Interleave:
+    """The runner of training job `job` (horovod.HorovodJob) whose policy is interleave: the
+    plan on this machine's clock (the scenario the machine runs, dilated)."""
+    group, slots = plan_for(job.s)
+    mine = next(p for p in group if p.name == job.name)
+    return Interleave(job.name, slots, mine.network_s)

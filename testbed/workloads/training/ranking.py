@@ -1,0 +1,59 @@
+"""Policy `by-ratio` (policies.py): job-level priority by compute-to-network ratio, as Crux
+(Cao et al., SIGCOMM'24) ranks jobs by "GPU intensity", the compute a job does per byte it
+sends: a byte that delays a compute-heavy job idles more compute than one that delays a
+network-heavy job, so the most compute-intensive job gets the highest class.
+
+Resolved when the scenario is loaded (training/spec.py, once the group's last job is):
+each job's class and DSCP in its `derived` block are the policy's, so the job is marked as
+any static job is. The runner only reports the rank."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def ranks(jobs: list[tuple[str, float]]) -> list[str]:
+    """Job names from the highest compute-to-network ratio down (ties by name)."""
+    return [n for n, _ in sorted(jobs, key=lambda j: (-j[1], j[0]))]
+
+
+def classes(jobs: list[tuple[str, float]], names: list[str]) -> dict[str, str]:
+    """Each job's class: the i-th of `names` for the i-th ranked job, the last for the rest."""
+    return {n: names[min(i, len(names) - 1)] for i, n in enumerate(ranks(jobs))}
+
+
+class Ranked:
+    def __init__(self, rank: int, jobs: int, ratio: float, cls: str) -> None:
+        self.rank, self.jobs, self.ratio, self.cls = rank, jobs, ratio, cls
+
+    def worker_config(self) -> dict[str, Any]:
+        return {}
+
+    def tick(self, now: float) -> None:
+        pass
+
+    def section(self, t0: float, t1: float) -> dict[str, Any]:
+        return {
+            "kind": "by-ratio",
+            "to": self.cls,
+            "rank": self.rank,
+            "jobs": self.jobs,
+            "compute_to_network_ratio": self.ratio,
+        }
+
+    def warning(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def start(job: Any) -> Ranked:
+    """The runner of training job `job` whose policy is by-ratio (its class is already its
+    derived one)."""
+    group = [(n, w.d.compute_to_network_ratio)
+             for n, w in job.s.workloads.of_kind("horovod", "torch-ddp")
+             if w.policy.kind == "by-ratio"]  # fmt: skip
+    order = ranks(group)
+    return Ranked(order.index(job.name) + 1, len(group), job.cfg.d.compute_to_network_ratio,
+                  job.cfg.d.tc_class)  # fmt: skip

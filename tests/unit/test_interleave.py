@@ -1,0 +1,157 @@
+"""Policy `interleave` (training/interleave.py): the plan that places jobs' network phases
+apart on one period, checked against placements worked out by hand; the worker's pacing
+(horovod_worker.Pacer); and the loader's refusals."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from testbed.errors import ScenarioError
+from testbed.resolve import load_scenario_data
+from testbed.workloads.training.horovod_worker import Pacer
+from testbed.workloads.training.interleave import GRID, Profile, plan, plan_for
+
+
+def test_three_jobs_that_fit_the_period_are_placed_end_to_end():
+    """Period 1 s (the longest alone, no margin). Arcs from each iteration's start: a [0.5,
+    0.8), b [0.6, 0.8), c [0.7, 0.8). By hand: a (the most network) first, at 0; b's arc must
+    start where a's ends, 0.8 → offset 0.2; c's where b's ends, 1.0 → offset 0.3."""
+    jobs = [
+        Profile("a", 1.0, ((0.5, 0.8),)),
+        Profile("b", 1.0, ((0.6, 0.8),)),
+        Profile("c", 0.9, ((0.7, 0.8),)),
+    ]
+    slots = plan(jobs, margin=0.0)
+    step = 1.0 / GRID
+    assert {n: s.period_s for n, s in slots.items()} == {"a": 1.0, "b": 1.0, "c": 1.0}
+    assert slots["a"].offset_s == 0.0
+    assert slots["b"].offset_s == pytest.approx(0.2, abs=step)
+    assert slots["c"].offset_s == pytest.approx(0.3, abs=step)
+    assert all(s.overlap_s == 0 for s in slots.values())
+
+
+def test_a_short_job_runs_twice_a_period_and_a_given_offset_is_kept():
+    """Period 1.1 s (1 s × 1.1). Job s takes 0.5 s alone: ⌊1.1 / 0.55⌋ = 2 iterations a
+    period, its arc [0.3, 0.4) twice, 0.55 s apart. Job l is given offset 0.1: its arc sits at
+    [0.7, 1.0). s's copies at offset o, [0.3 + o, 0.4 + o) and [0.85 + o, 0.95 + o), stay
+    clear of it for o in [0.15, 0.3]: the earliest, 0.15."""
+    jobs = [Profile("l", 1.0, ((0.6, 0.9),), offset_s=0.1), Profile("s", 0.5, ((0.3, 0.4),))]
+    slots = plan(jobs, margin=0.1)
+    assert slots["l"].offset_s == 0.1 and slots["l"].per_period == 1
+    assert slots["s"].per_period == 2 and slots["s"].slot_s == pytest.approx(0.55)
+    assert slots["s"].offset_s == pytest.approx(0.15, abs=2 * 1.1 / GRID)
+    assert slots["s"].overlap_s == 0
+
+
+def test_jobs_whose_network_exceeds_the_period_overlap_as_little_as_the_plan_can():
+    """Two jobs each busy 0.6 s of a 1 s period: 0.2 s of overlap at the least."""
+    slots = plan([Profile("a", 1.0, ((0.4, 1.0),)), Profile("b", 1.0, ((0.4, 1.0),))], 0.0)
+    assert slots["b"].overlap_s == pytest.approx(0.2, abs=2 / GRID)
+
+
+def test_the_pacer_holds_each_iteration_to_its_slot_and_lets_a_late_one_go_at_once():
+    t0 = time.time()
+    p = Pacer({"pace": {"offset_s": 0.05, "period_s": 0.1}}, t0)
+    p.wait()
+    assert time.time() - t0 >= 0.05
+    time.sleep(0.15)  # iteration 0 runs late, past iteration 1's slot at 0.15
+    before = time.time()
+    p.wait()
+    assert time.time() - before < 0.05  # late: no wait (a wait would be 0.1 s)
+    p.wait()  # iteration 2's slot: 0.25
+    assert time.time() - t0 >= 0.25
+    never = Pacer({}, t0)
+    before = time.time()
+    never.wait()
+    assert time.time() - before < 0.05
+
+
+def _jobs(**over):
+    job = {"kind": "torch-ddp", "model_size": "0.5MB", "compute_time": "100ms",
+           "policy": "interleave"}  # fmt: skip
+    workloads = {"a": {**job, "hosts": ["h1", "h3"]}, "b": {**job, "hosts": ["h2", "h4"]}}
+    for name, fields in over.items():
+        workloads[name] = {**workloads.get(name, job), **fields}
+    data = {
+        "name": "p",
+        "topology": {"kind": "leaf-spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2,
+                     "link_rate": "100mbit", "oversubscription": 2},
+        "tc_profile": "thesis-3band",
+        "workloads": workloads,
+    }  # fmt: skip
+    return load_scenario_data(data, "test")
+
+
+def test_the_loader_plans_the_group_from_the_jobs_models():
+    """Two identical jobs (0.5 MB, 2 workers across a 100 Mbit/s fabric link, 100 ms of
+    compute, one DDP bucket after backward): each reduces 0.5 MB in 40 ms / 0.936 = 42.7 ms
+    plus 2 × 4 × 0 latency, so its iteration alone is 142.7 ms and its arc [100, 142.7) ms.
+    The second goes where the first's arc ends: offset 42.7 ms."""
+    group, slots = plan_for(_jobs())
+    assert [p.name for p in group] == ["a", "b"]
+    net = 0.5e6 * 8 / 100e6 / 0.9356
+    assert group[0].iteration_s == pytest.approx(0.1 + net, rel=1e-3)
+    assert slots["a"].period_s == pytest.approx((0.1 + net) * 1.05, rel=1e-3)
+    assert slots["b"].offset_s == pytest.approx(net, abs=2 * slots["a"].period_s / GRID)
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            {"b": {"policy": {"kind": "interleave", "offset": "200ms"}}},
+            "workloads.b.policy.offset: 200ms is beyond b's slot of",
+        ),
+        (
+            {"a": {"policy": {"kind": "interleave", "offset": "1s"}}},
+            "workloads.a.policy.offset: 1s is beyond a's slot",
+        ),
+        ({"a": {"policy": {"kind": "interleave", "offset": "-1ms"}}}, "workloads.a.policy"),
+        ({"a": {"policy": {"kind": "interleave", "margin": "101%"}}}, "margin"),
+        ({"a": {"mode": "real"}}, "policy interleave needs mode: synthetic"),
+    ],
+)
+def test_an_interleave_the_loader_cannot_keep_is_one_line_naming_the_field(over, message):
+    with pytest.raises(ScenarioError) as e:
+        _jobs(**over)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_by_ratio_gives_the_most_compute_intensive_job_the_highest_class():
+    """a: 100 ms of compute against 0.5 MB over a 100 Mbit/s ring of two, R = 0.1 / 0.04
+    = 2.5; b: 200 ms, R = 5; c: 300 ms, R = 7.5 → c high, b middle, a low."""
+    pol = {"policy": {"kind": "by-ratio"}}
+    s = _jobs(a=pol, b={**pol, "compute_time": "200ms"},
+              c={**pol, "hosts": ["h1", "h2"], "compute_time": "300ms"})  # fmt: skip
+    got = {n: (s.workloads[n].d.tc_class, round(s.workloads[n].d.compute_to_network_ratio, 3))
+           for n in "abc"}  # fmt: skip
+    assert got == {"a": ("low", 2.5), "b": ("middle", 5.0), "c": ("high", 7.5)}
+    assert s.workloads["c"].d.dscp == s.tc_profile.cls("high").mark
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            {"a": {"policy": {"kind": "by-ratio", "classes": ["gold"]}}},
+            "workloads.a.policy.classes[0]: 'gold' is not a class",
+        ),
+        (
+            {"a": {"policy": "by-ratio", "tc_class": "low"}},
+            "workloads.a.tc_class: policy by-ratio gives the job its class",
+        ),
+        (
+            {
+                "a": {"policy": {"kind": "by-ratio", "classes": ["high", "low"]}},
+                "b": {"policy": "by-ratio"},
+            },
+            "workloads.b.policy.classes: ['high', 'middle', 'low'] differs from a's",
+        ),
+    ],
+)
+def test_a_ranking_the_loader_cannot_make_is_one_line_naming_the_field(over, message):
+    with pytest.raises(ScenarioError) as e:
+        _jobs(**over)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
