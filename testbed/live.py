@@ -84,6 +84,7 @@ class Measured:
     window: Window | None = None
     edges: tuple[Snapshot, Snapshot] | None = None  # counters at the window's edges
     final: Snapshot | None = None  # counters once every queue emptied
+    shared_drops: list[int | None] = field(default_factory=list)  # per plan, at the end
     host_cpu: dict[str, Any] = field(default_factory=dict)
     late_edges: list[float] = field(default_factory=lambda: [0.0, 0.0])
     seconds: dict[str, float] = field(default_factory=dict)  # build, shape, ready, drain
@@ -314,7 +315,7 @@ class LiveRun:
             "setup_s": {"build": round(sec["build"], 3), "shape": round(sec["shape"], 3),
                         "workloads_ready": round(sec["ready"], 3)},
             "drain_s": round(sec["drain"], 3),
-            "links": links_section(self.plans, m.final, w0, w1),
+            "links": links_section(self.plans, m.final, w0, w1, m.shared_drops),
             "tcp": tcpstats.totals(
                 self.rt.proc_net(h.netns, tcpstats.FILES) for h in self.topo.hosts
             ),
@@ -417,6 +418,10 @@ class LiveRun:
     def _final(self, snap: Snapshot) -> None:
         assert self.metrics is not None
         self.m.final = snap
+        self.m.shared_drops = [
+            self.rt.classes.shared_limit_drops(p, c)
+            for p, c in zip(self.plans, snap[1], strict=True)
+        ]
         self.metrics.update(self.plans, snap)
         self.metrics.final_scrape()
 
@@ -474,16 +479,24 @@ def late_edges(window: Window, w0: Snapshot, w1: Snapshot) -> list[float]:
 
 
 def class_limit(s: Scenario) -> int:
-    """The largest queue a class of a port may hold, in packets: what a port whose classes
-    shared one limit would hold in all of them together."""
+    """The port's limit in packets: the classes' shared one (the tc profile's shared_limit),
+    else the largest queue a class may hold, what a port whose classes shared one limit would
+    hold in all of them together."""
+    if s.tc_profile.shared_limit is not None:
+        return s.tc_profile.shared_limit
     return s.topology.queue_limit or max(c.limit for c in s.tc_profile.classes)
 
 
 def links_section(
-    plans: list[InterfacePlan], final: Snapshot, w0: Snapshot, w1: Snapshot
+    plans: list[InterfacePlan],
+    final: Snapshot,
+    w0: Snapshot,
+    w1: Snapshot,
+    shared_drops: list[int | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Per direction and class: the queue's counters at the end (what `tc -s class show`
-    prints) and the mean rate over the measured window [w0, w1]."""
+    prints) and the mean rate over the measured window [w0, w1]; with a shared limit, the
+    arrivals it dropped (whatever their class; None without one)."""
     out = []
     span = w1[0] - w0[0]
     for i, p in enumerate(plans):
@@ -507,6 +520,7 @@ def links_section(
                 "netns": p.end.netns,
                 "ifname": p.end.ifname,
                 "classes": classes,
+                "shared_limit_drops": shared_drops[i] if shared_drops else None,
             }
         )
     return out

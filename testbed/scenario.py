@@ -579,6 +579,23 @@ class _ScenarioFields(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _shared_limit(self) -> _ScenarioFields:
+        """A shared limit counts packets, which only exact links make frames."""
+        if self.tc_profile.shared_limit is not None and self.topology.link_mode == "fast":
+            raise _FieldError(
+                ("tc_profile", "shared_limit"),
+                "counts packets, and with topology.link_mode: fast a packet holds up to 43 "
+                "frames; use link_mode: exact (the thesis' port counts frames)",
+            )
+        if self.tc_profile.shared_limit is not None and self.topology.queue_limit is not None:
+            raise _FieldError(
+                ("topology", "queue_limit"),
+                "sets every class's own limit, and the tc profile's classes share one "
+                "(shared_limit); remove one of them",
+            )
+        return self
+
     def timeline(self, t0: float = 0.0) -> Window:
         """The run's timeline with the workloads' common start at t0 (offsets when t0 = 0)."""
         m = self.measure

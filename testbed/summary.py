@@ -39,6 +39,8 @@ LinkRecord = TypedDict(
     {
         "node": str, "direction": str, "tier": str, "from": str, "to": str, "ifname": str,
         "netns": str, "rate_bps": Bps, "classes": dict[str, ClassCounters],
+        # tc profile shared_limit: the arrivals it dropped, of any class (None without one)
+        "shared_limit_drops": Count | None,
     },
 )  # fmt: skip
 

@@ -157,6 +157,12 @@ class LinkEnd:
     # is the link's own interface)
     port: str = ""
     port_index: int = 0
+    # the link's other end, where every packet this queue sends arrives next (a veth pair),
+    # and whether that interface has a clsact qdisc of its own (its ifb's redirect)
+    far_netns: str = ""
+    far_ifname: str = ""
+    far_index: int = 0
+    far_clsact: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,8 @@ class TopologyPlan:
                 port = (near.ifname, near.index) if near.queue else ("", 0)
                 ends.append(
                     LinkEnd(lk.name, direction, near.netns, *queue, near.node, far.node, lk.tier,
-                            lk.rate_bps, *port)
+                            lk.rate_bps, *port, far.netns, far.ifname, far.index,
+                            bool(far.queue))
                 )  # fmt: skip
         return ends
 

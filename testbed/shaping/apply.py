@@ -22,10 +22,14 @@ from testbed.shaping.plan import (
     InterfacePlan,
     Netem,
     Redirect,
+    SharedLimitIn,
+    SharedLimitOut,
     TcObject,
 )
+from testbed.shaping.shared_limit import Counters
 
 CLSACT_EGRESS = "ffff:fff3"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
+CLSACT_INGRESS = "ffff:fff2"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
 # pyroute2 knows no bfifo; its options are pfifo's (struct tc_fifo_qopt: one limit, in bytes)
 plugins.setdefault("bfifo", sched_pfifo)
 
@@ -114,6 +118,24 @@ def tc_message(index: int, obj: TcObject) -> bytes:
     return bytes(msg)
 
 
+def _shared_limit_message(index: int, obj: TcObject, counters: Counters) -> bytes:
+    """A shared limit's filter (plan.SharedLimitIn/Out) with its program loaded now: its fd
+    is in the message, so it is encoded each time, not from the template cache."""
+    batch = IPBatch()
+    try:
+        if isinstance(obj, SharedLimitIn):
+            fd, parent, prio = counters.count_in(obj.key, obj.limit), obj.parent, obj.prio
+        else:
+            assert isinstance(obj, SharedLimitOut)
+            fd, parent, prio = counters.count_out(obj.key), CLSACT_INGRESS, 1
+        batch.tc("add-filter", "bpf", index=index, parent=parent, prio=prio,
+                 protocol=protocols.ETH_P_ALL, fd=fd, name="testbed-shared-limit",
+                 direct_action=True)  # fmt: skip
+        return bytes(batch.batch)
+    finally:
+        batch.close()
+
+
 def apply_plans(
     plans: Iterable[InterfacePlan], sockets: Callable[[str], socket.socket] | None = None
 ) -> None:
@@ -122,16 +144,33 @@ def apply_plans(
     built before the redirect that feeds it. `sockets`: the runtime's netlink socket of each
     namespace, when it keeps them."""
     by_ns: dict[str, nl.Batch] = {}
-    for p in plans:
-        if not p.end.index:
-            raise ValueError(f"{p.end.netns}/{p.end.ifname}: no interface index in the plan")
-        ns = p.end.netns
+    counters = Counters()
+
+    def batch(ns: str) -> nl.Batch:
         if ns not in by_ns:
             by_ns[ns] = nl.Batch(ns, sockets(ns) if sockets else None)
-        batch = by_ns[ns]
-        for obj in p.objects:
-            batch.add(tc_message(p.end.index, obj), f"{obj} on {p.end.ifname}")
-        for obj in p.feed:
-            batch.add(tc_message(p.end.port_index, obj), f"{obj} on {p.end.port}")
-    for batch in by_ns.values():
-        batch.commit()
+        return by_ns[ns]
+
+    def message(index: int, obj: TcObject) -> bytes:
+        if isinstance(obj, SharedLimitIn | SharedLimitOut):
+            return _shared_limit_message(index, obj, counters)
+        return tc_message(index, obj)
+
+    try:
+        for p in plans:
+            if not p.end.index:
+                raise ValueError(f"{p.end.netns}/{p.end.ifname}: no interface index in the plan")
+            b = batch(p.end.netns)
+            for obj in p.objects:
+                b.add(message(p.end.index, obj), f"{obj} on {p.end.ifname}")
+            for obj in p.feed:
+                b.add(message(p.end.port_index, obj), f"{obj} on {p.end.port}")
+        # a shared limit's far half last: the far end's own clsact may come with its queue
+        for p in plans:
+            for obj in p.far:
+                b = batch(p.end.far_netns)
+                b.add(message(p.end.far_index, obj), f"{obj} on {p.end.far_ifname}")
+        for b in by_ns.values():
+            b.commit()
+    finally:
+        counters.close()  # the filters hold their programs and maps

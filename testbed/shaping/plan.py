@@ -19,6 +19,10 @@ the wire at once, so a high-class packet may wait 52 µs behind a low one at 10 
 1.2 µs; and the machine handles up to 43 times fewer packets per byte (docs/network.md has
 the rates).
 
+A tc profile's `shared_limit` adds a BPF filter first on the root that drops an arrival when
+the classes hold that many packets together, and its counterpart on the far end of the link
+(shared_limit.py); the leaves then hold SHARED_HEADROOM more, so they never drop first.
+
 A host's uplink queue sits on an ifb (topology.Link says why): its eth0 gets a clsact qdisc
 whose egress filter redirects every packet to the ifb, where the plan above is built.
 
@@ -137,7 +141,39 @@ class Redirect:
     target: int  # interface index, in the same namespace
 
 
-TcObject = Htb | HtbClass | Fifo | ByteFifo | Netem | DscpFilter | Clsact | Redirect
+@dataclass(frozen=True)
+class SharedLimitIn:
+    """tc profile `shared_limit` (shaping/shared_limit.py): a BPF filter first on the queue's
+    root, dropping an arrival when the counter `key` says the classes hold `limit` packets."""
+
+    parent: str
+    prio: int
+    limit: int
+    key: str
+
+
+@dataclass(frozen=True)
+class SharedLimitOut:
+    """Its other half, on the clsact ingress of the link's far end: counts a packet out."""
+
+    key: str
+
+
+TcObject = (
+    Htb
+    | HtbClass
+    | Fifo
+    | ByteFifo
+    | Netem
+    | DscpFilter
+    | Clsact
+    | Redirect
+    | SharedLimitIn
+    | SharedLimitOut
+)
+# with a shared limit, a class's own FIFO holds this many packets more, so that it never
+# drops first (two CPUs may count the same last packet in)
+SHARED_HEADROOM = 64
 
 
 @dataclass(frozen=True)
@@ -149,8 +185,14 @@ class InterfacePlan:
     leaves: dict[str, str]  # class name → leaf qdisc handle ("10:")
     notes: tuple[str, ...] = field(default=())
     feed: tuple[TcObject, ...] = ()  # on end.port_index: what hands its egress to the queue
+    far: tuple[TcObject, ...] = ()  # on end.far_index in end.far_netns (a shared limit)
     frame_bytes: int = 1500 + ETHERNET_HEADER
     fast: bool = False  # link_mode: fast: a queued packet holds up to 64 KB of frames
+
+    @property
+    def shared_limit(self) -> int | None:
+        """The packets the classes hold together before an arrival is dropped, if shared."""
+        return next((o.limit for o in self.objects if isinstance(o, SharedLimitIn)), None)
 
     @property
     def largest_packet(self) -> int:
@@ -246,6 +288,8 @@ def plan_interface(
         guaranteed = max(8_000, round(rate * cls.guaranteed))
         objects.append(HtbClass(classid, CAP, guaranteed, rate, i, burst, burst, quantum))
         limit = link.queue_limit or cls.limit
+        if profile.shared_limit is not None:
+            limit = profile.shared_limit + SHARED_HEADROOM
         if use_netem:
             objects.append(
                 Netem(
@@ -268,9 +312,15 @@ def plan_interface(
             for d in cls.dscp:
                 objects.append(DscpFilter(ROOT, 10, classes[cls.name], d))
     feed: tuple[TcObject, ...] = (Clsact(), Redirect(end.index)) if end.port_index else ()
+    far: tuple[TcObject, ...] = ()
+    if profile.shared_limit is not None:
+        key = f"{end.netns}/{end.ifname}"
+        objects.insert(1, SharedLimitIn(ROOT, 1, profile.shared_limit, key))
+        far = (*(() if end.far_clsact else (Clsact(),)), SharedLimitOut(key))
     return InterfacePlan(
-        end, rate, tuple(objects), classes, leaves, tuple(notes), feed, link.frame_bytes, link.fast
-    )
+        end, rate, tuple(objects), classes, leaves, tuple(notes), feed, far, link.frame_bytes,
+        link.fast,
+    )  # fmt: skip
 
 
 def plan_links(

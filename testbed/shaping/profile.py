@@ -93,6 +93,14 @@ class TcProfile(BaseModel):
     default: str | None = Field(
         None, description="class for traffic no DSCP rule matches; the first class if unset"
     )
+    shared_limit: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="packets a port's classes hold together: an arriving packet is dropped "
+        "when they hold this many, whatever its class (ns-3's PfifoFastQueueDisc, the "
+        "thesis' port); the classes then take no limit of their own. Exact links only",
+    )
 
     @field_validator("classes", mode="before")
     @classmethod
@@ -126,6 +134,18 @@ class TcProfile(BaseModel):
                 raise ValueError(
                     f"class {cls.name!r} has no dscp values and is not the default, "
                     "so no traffic could reach it"
+                )
+        if self.shared_limit is not None:
+            own = [c.name for c in self.classes if "limit" in c.model_fields_set]
+            if own:
+                raise ValueError(
+                    f"shared_limit: the classes share it, so {own[0]!r} takes no limit of its "
+                    "own; remove the classes' limits (or shared_limit)"
+                )
+            if self.shared_limit < len(self.classes):
+                raise ValueError(
+                    f"shared_limit: {self.shared_limit} is below the {len(self.classes)} "
+                    "classes it is shared by; give at least one packet per class"
                 )
         if sum(c.guaranteed for c in self.classes) > 1.0 + 1e-9:
             raise ValueError("the classes' guaranteed shares add up to more than 1")

@@ -17,8 +17,11 @@ Counters = dict[
     str, dict[str, int]
 ]  # class name → {bytes, packets, drops, backlog, qlen, overlimits}
 
+RTM_NEWQDISC = 36
+RTM_GETQDISC = 38
 RTM_NEWTCLASS = 40
 RTM_GETTCLASS = 42
+TC_H_ROOT = 0xFFFFFFFF
 NLM_F_DUMP = 0x300
 TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
 TCA_STATS2 = 7
@@ -80,6 +83,16 @@ class ClassReader:
         by_id = dump_classes(self._sockets(plan.end.netns), plan.end.index)
         return {name: by_id[cid] for name, cid in plan.classes.items() if cid in by_id}
 
+    def shared_limit_drops(self, plan: InterfacePlan, classes: Counters) -> int | None:
+        """The arrivals a shared limit dropped (None without one): the root qdisc counts
+        them with its classes' own drops (`classes`, read just before), which it also counts."""
+        if plan.shared_limit is None:
+            return None
+        root = root_drops(self._sockets(plan.end.netns), plan.end.index)
+        if root is None:
+            return None
+        return max(0, root - sum(c["drops"] for c in classes.values()))
+
 
 def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:
     """classid → counters of every class on interface `index` ({} if it is gone)."""
@@ -97,6 +110,24 @@ def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:
             if kind == RTM_NEWTCLASS:
                 _, _, handle, _, _ = TCMSG.unpack_from(payload)
                 out[_classid(handle)] = parse_stats(payload[TCMSG.size :])
+
+
+def root_drops(sock: socket.socket, index: int) -> int | None:
+    """The drops of the root qdisc on interface `index` (None if it is gone). A qdisc dump
+    lists a namespace's every qdisc; the rest are skipped."""
+    req = nl.HEADER.pack(nl.HEADER.size + TCMSG.size, RTM_GETQDISC, nl.NLM_F_REQUEST | NLM_F_DUMP,
+                         1, 0) + TCMSG.pack(0, 0, 0, 0, 0)  # fmt: skip
+    sock.send(req)
+    found: int | None = None
+    while True:
+        data = sock.recv(nl.BUFFER)
+        for kind, _seq, payload in nl.messages(data):
+            if kind in (nl.NLMSG_DONE, nl.NLMSG_ERROR):
+                return found
+            if kind == RTM_NEWQDISC:
+                _, ifindex, _, parent, _ = TCMSG.unpack_from(payload)
+                if ifindex == index and parent == TC_H_ROOT:
+                    found = parse_stats(payload[TCMSG.size :])["drops"]
 
 
 def parse_stats(attrs: bytes) -> dict[str, int]:

@@ -159,6 +159,44 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path, mode):
     rate_at_least(up["low"]["rate_bps"], 0.5 * guaranteed, s, "the low class' guaranteed share")
 
 
+@pytest.mark.parametrize("profile", ["thesis-3band", "thesis-3band-shared"])
+def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, profile):
+    """h1 sends a backlogged Reno flow in the high class and one in the low class to h2,
+    through thesis-3band's bands: 1000 packets each of their own (thesis-3band), or 1000
+    shared by all of them (thesis-3band-shared, the thesis' ns-3 port). The high flow grows
+    its window until the port drops; the starved low flow's packets wait in the low band.
+    Per band, the high band drops at its own limit and nothing else does. Shared, h1's
+    uplink never holds more than 1000 packets in its bands together (one more where two CPUs
+    count the last one in at once), its bands never drop on their own (each holds 1064), and
+    the shared limit drops the arrivals. Broken looks like: the count not taken (the high band
+    dropping at 1064, no shared drops) or never released (the port dropping everything after
+    its first 1000 packets: the high flow's rate collapses)."""
+    rate = 50_000_000
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate},
+            "tc_profile": profile,
+            "workloads": {
+                "linkcheck": {"pattern": "single", "bulk_classes": ["high", "low"], "short": False}
+            },
+        },
+    )
+    up = link(s, "h1", "up")
+    classes = up["classes"]
+    q = s["queues"]
+    assert q["limit_packets"] == 1000 and q["link"] in ("h1 up", "h2 down"), q
+    if profile == "thesis-3band":
+        assert up["shared_limit_drops"] is None
+        assert classes["high"]["drops"] > 0, classes
+    else:
+        assert all(c["drops"] == 0 for c in classes.values()), classes
+        assert up["shared_limit_drops"] > 0, up
+        assert q["max_packets"] <= 1001, q
+    rate_at_least(classes["high"]["rate_bps"], 0.90 * rate, s, "the high class on h1's uplink")
+
+
 def test_fifo_gives_no_priority(tmp_path):
     """The same EF and CS1 flows under the fifo profile share the link. Two Reno flows in
     one 1000-packet FIFO (240 ms of queue at 50 Mbit/s) converge slowly: one run in four

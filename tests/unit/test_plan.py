@@ -12,6 +12,8 @@ from testbed.shaping.plan import (
     LinkSpec,
     Netem,
     Redirect,
+    SharedLimitIn,
+    SharedLimitOut,
     burst_bytes,
     packet_bytes,
     plan_interface,
@@ -68,6 +70,41 @@ def test_a_queue_on_an_ifb_is_fed_by_its_ports_egress():
     assert p.feed == (Clsact(), Redirect(102))
     assert p.objects == plan_interface(END, LinkSpec(10**8), profile("thesis-2band"), False).objects
     assert plan_interface(END, LinkSpec(10**8), profile("fifo"), False).feed == ()
+
+
+def test_a_shared_limit_counts_in_at_the_root_and_out_at_the_far_end():
+    """thesis-3band-shared: a BPF filter first on the root (before the DSCP filters) drops an
+    arrival when the bands hold 1000 together; the far end counts packets out on its clsact
+    ingress, adding a clsact where the far interface has none of its own (a switch port) and
+    not where it has (a host's eth0, fed to its ifb). The bands' own FIFOs hold 64 more, so
+    they never drop first."""
+    up = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0-up", 102, port="eth0", port_index=100,
+                 far_netns="tb-abcdef-sw", far_ifname="p1", far_index=7)  # fmt: skip
+    p = plan_interface(up, LinkSpec(10**8), profile("thesis-3band-shared"), False)
+    assert p.objects[1] == SharedLimitIn("1:", 1, 1000, "tb-abcdef-h1/eth0-up")
+    assert {f.prio for f in of(p, DscpFilter)} == {10}  # after the limit's prio 1
+    assert of(p, Fifo) == [Fifo(f"{m}:", f"1:{m}", 1064) for m in (10, 11, 12)]
+    assert p.far == (Clsact(), SharedLimitOut("tb-abcdef-h1/eth0-up"))
+    down = LinkEnd("h1", "down", "tb-abcdef-sw", "p1", 7, far_netns="tb-abcdef-h1",
+                   far_ifname="eth0", far_index=100, far_clsact=True)  # fmt: skip
+    p = plan_interface(down, LinkSpec(10**8), profile("thesis-3band-shared"), False)
+    assert p.far == (SharedLimitOut("tb-abcdef-sw/p1"),)
+    assert plan_interface(down, LinkSpec(10**8), profile("thesis-3band"), False).far == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"shared_limit": 2}, "shared_limit: 2 is below the 3 classes"),
+        ({"classes": [{"name": "high", "dscp": ["EF"], "limit": 100},
+                      {"name": "middle", "dscp": ["BE"]}, {"name": "low", "dscp": ["CS1"]}]},
+         "'high' takes no limit of its own"),
+    ],
+)  # fmt: skip
+def test_a_shared_limit_the_port_cannot_keep_is_refused(change, message):
+    data = {**load_profile_data("thesis-3band-shared", None), **change}
+    with pytest.raises(ValueError, match=message):
+        TcProfile.model_validate(data)
 
 
 def test_queue_limit_overrides_profile():

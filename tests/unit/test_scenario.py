@@ -418,3 +418,18 @@ def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, mo
     (tmp_path / "cache").write_text(json.dumps({**cached, "probed": ["htb"]}))
     preflight.kernel_capabilities()
     assert len(probes) == 3
+
+
+@pytest.mark.parametrize(
+    ("topology", "message"),
+    [
+        ({"link_mode": "fast"}, "tc_profile.shared_limit: counts packets, and with"),
+        ({"queue_limit": 100}, "topology.queue_limit: sets every class's own limit"),
+    ],
+)
+def test_a_shared_limit_with_what_it_cannot_count_is_one_line(topology, message):
+    data = {"name": "s", "topology": {"hosts": 2, **topology},
+            "tc_profile": "thesis-3band-shared"}  # fmt: skip
+    with pytest.raises(ScenarioError) as e:
+        load_scenario_data(data, "s.yaml")
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -1,0 +1,160 @@
+"""A port whose classes share one packet limit (tc profile `shared_limit`), as ns-3's
+PfifoFastQueueDisc, the thesis' port, drops an arriving packet when its bands together hold
+the limit. Linux has no qdisc that does this here (pfifo_fast keeps a limit per band since
+4.16; prio, ets and skbprio are not built into this kernel; HTB's leaves keep their own), so
+it is built from two small BPF programs around the port's HTB and one counter:
+
+- in: a cls_bpf filter (direct action), first on the queue's root: an arriving packet is
+  dropped (TC_ACT_SHOT, counted as the root qdisc's drop) when the counter is at the limit,
+  else counted in and passed on to the class filters (TC_ACT_UNSPEC);
+- out: a cls_bpf filter on the clsact ingress of the link's far end, where every packet the
+  queue sends arrives next (a veth pair), counts it out.
+
+So the counter is what the port's classes hold, the packet on the wire included, and the
+leaves' own limits are set above the shared one (plan.py) so that they never drop first. The
+comparison is signed: a packet counted out that was queued before the filters existed can
+only make the count low for a moment, never block the port.
+
+Written by hand, as raw instructions through the bpf() syscall: no compiler for BPF is
+installed here (llc without clang), pyroute2 attaches a program but does not build one, and
+bcc is not a dependency. The programs are 15 and 11 instructions; the kernel's verifier checks
+them at load. Program and map live as long as a filter holds them: deleting the qdiscs (or
+the namespace) frees them, nothing is pinned.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+
+SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
+BPF_MAP_CREATE, BPF_PROG_LOAD = 0, 5
+BPF_MAP_TYPE_ARRAY = 2
+BPF_PROG_TYPE_SCHED_CLS = 3
+BPF_PSEUDO_MAP_FD = 1
+FUNC_MAP_LOOKUP_ELEM = 1
+TC_ACT_UNSPEC, TC_ACT_SHOT = -1, 2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class BpfError(OSError):
+    """The kernel refused a map or a program (the verifier's log, when it gave one)."""
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+def _lookup(map_fd: int) -> list[bytes]:
+    """r0 = &counter (or 0): key 0 on the stack, bpf_map_lookup_elem(map, &key)."""
+    return [
+        _insn(0x62, dst=10, off=-4, imm=0),  # *(u32 *)(r10 - 4) = 0
+        _insn(0xBF, dst=2, src=10),  # r2 = r10
+        _insn(0x07, dst=2, imm=-4),  # r2 += -4
+        _insn(0x18, dst=1, src=BPF_PSEUDO_MAP_FD, imm=map_fd),  # r1 = map (ld_imm64 ...
+        _insn(0x00),  # ... its upper half)
+        _insn(0x85, imm=FUNC_MAP_LOOKUP_ELEM),  # call
+    ]
+
+
+def count_in_program(map_fd: int, limit: int) -> bytes:
+    return b"".join(
+        [
+            *_lookup(map_fd),
+            _insn(0x15, dst=0, off=4),  # if r0 == 0 goto pass
+            _insn(0x79, dst=1, src=0),  # r1 = *(u64 *)r0
+            _insn(0x75, dst=1, off=4, imm=limit),  # if (s64)r1 >= limit goto drop
+            _insn(0xB7, dst=1, imm=1),  # r1 = 1
+            _insn(0xDB, dst=0, src=1),  # lock *(u64 *)r0 += r1
+            _insn(0xB7, dst=0, imm=TC_ACT_UNSPEC),  # pass: r0 = TC_ACT_UNSPEC
+            _insn(0x95),  # exit
+            _insn(0xB7, dst=0, imm=TC_ACT_SHOT),  # drop: r0 = TC_ACT_SHOT
+            _insn(0x95),  # exit
+        ]
+    )
+
+
+def count_out_program(map_fd: int) -> bytes:
+    return b"".join(
+        [
+            *_lookup(map_fd),
+            _insn(0x15, dst=0, off=2),  # if r0 == 0 goto pass
+            _insn(0xB7, dst=1, imm=-1),  # r1 = -1
+            _insn(0xDB, dst=0, src=1),  # lock *(u64 *)r0 += r1
+            _insn(0xB7, dst=0, imm=TC_ACT_UNSPEC),  # pass: r0 = TC_ACT_UNSPEC
+            _insn(0x95),  # exit
+        ]
+    )
+
+
+def _bpf(cmd: int, attr: bytes) -> int:
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _libc.syscall(SYS_BPF, cmd, buf, len(attr))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise BpfError(err, os.strerror(err))
+    return int(fd)
+
+
+def create_counter() -> int:
+    """A one-element array map of one u64: the packets a port holds."""
+    attr = struct.pack("<IIIII", BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0).ljust(72, b"\0")
+    return _bpf(BPF_MAP_CREATE, attr)
+
+
+def load_program(insns: bytes, name: str) -> int:
+    """A tc classifier program; its verifier log in the error when the kernel refuses it."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    lic = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(65536)
+    attr = struct.pack(
+        "<IIQQIIQII16s",
+        BPF_PROG_TYPE_SCHED_CLS,
+        len(insns) // 8,
+        ctypes.addressof(code),
+        ctypes.addressof(lic),
+        1,  # log_level
+        len(log),
+        ctypes.addressof(log),
+        0,
+        0,
+        name.encode()[:15],
+    ).ljust(128, b"\0")
+    try:
+        return _bpf(BPF_PROG_LOAD, attr)
+    except BpfError as e:
+        raise BpfError(e.errno, f"{e.strerror}: {log.value.decode(errors='replace')}") from None
+
+
+class Counters:
+    """The maps and programs of a run's shared-limit ports, by key: open until close(), which
+    may come as soon as the filters holding them exist."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+        self._maps: dict[str, int] = {}
+
+    def _map(self, key: str) -> int:
+        if key not in self._maps:
+            self._maps[key] = create_counter()
+            self.fds.append(self._maps[key])
+        return self._maps[key]
+
+    def count_in(self, key: str, limit: int) -> int:
+        fd = load_program(count_in_program(self._map(key), limit), "tb_shared_in")
+        self.fds.append(fd)
+        return fd
+
+    def count_out(self, key: str) -> int:
+        fd = load_program(count_out_program(self._map(key)), "tb_shared_out")
+        self.fds.append(fd)
+        return fd
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+        self._maps.clear()
