@@ -160,7 +160,10 @@ def _slug(values: list[str]) -> str:
 
 # Fields added after sweeps had run, whose default is what every run did before they existed:
 # left out of a point's identity at that default, so that a finished point stays finished.
-LATER_FIELDS: dict[tuple[str, ...], Any] = {("topology", "link_mode"): "exact"}
+LATER_FIELDS: dict[tuple[str, ...], Any] = {
+    ("topology", "link_mode"): "exact",
+    ("tc_profile", "shared_limit"): None,
+}
 # the same, in every workload instance
 LATER_INSTANCE_FIELDS: dict[tuple[str, ...], Any] = {
     ("policy",): {"kind": "static"},
