@@ -136,7 +136,9 @@ class TcProfile(BaseModel):
                     "so no traffic could reach it"
                 )
         if self.shared_limit is not None:
-            own = [c.name for c in self.classes if "limit" in c.model_fields_set]
+            # a dumped profile gives the default again: only another value is the class's own
+            default = TrafficClass.model_fields["limit"].default
+            own = [c.name for c in self.classes if c.limit != default]
             if own:
                 raise ValueError(
                     f"shared_limit: the classes share it, so {own[0]!r} takes no limit of its "

@@ -433,3 +433,12 @@ def test_a_shared_limit_with_what_it_cannot_count_is_one_line(topology, message)
     with pytest.raises(ScenarioError) as e:
         load_scenario_data(data, "s.yaml")
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_shared_limit_profile_survives_the_round_trip_a_dilated_run_takes():
+    """A dilated run's scenario is the dumped one loaded again (resolve.wall_scenario), and
+    the dump gives every class its limit: the default, which a shared limit keeps."""
+    from testbed.resolve import wall_scenario
+
+    s = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "thesis-exact.yaml")
+    assert wall_scenario(s).tc_profile.shared_limit == 1000
