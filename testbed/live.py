@@ -23,6 +23,7 @@ from testbed.runtime.base import Runtime
 from testbed.scenario import Scenario
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
+from testbed.shaping.shared_limit import Counters
 from testbed.shaping.stats import over_cap
 from testbed.state import RunState
 from testbed.stopping import StopFlag, checkpoint
@@ -113,6 +114,7 @@ class LiveRun:
         self.run_id, self.run_dir = state.run_id, run_dir
         self.metrics: MetricsSession | None = None
         self.plans: list[InterfacePlan] = []
+        self.shared_counters: Counters | None = None  # the shared limits' (shape)
         self.workloads: list[Workload] = []
         self.active: list[Workload] = []  # checked and ticked: launched, not yet collected
         self.m = Measured()
@@ -189,7 +191,7 @@ class LiveRun:
             )
         )
         t0 = time.monotonic()
-        apply_plans(self.plans, self.rt.netlink)
+        self.shared_counters = apply_plans(self.plans, self.rt.netlink)
         self.m.seconds["shape"] = time.monotonic() - t0
         self.stop.check()
         for note in sorted({n for p in self.plans for n in p.notes}):
@@ -422,8 +424,28 @@ class LiveRun:
             self.rt.classes.shared_limit_drops(p, c)
             for p, c in zip(self.plans, snap[1], strict=True)
         ]
+        self._check_shared_counters(snap)
         self.metrics.update(self.plans, snap)
         self.metrics.final_scrape()
+
+    def _check_shared_counters(self, snap: Snapshot) -> None:
+        """A shared limit's counter is back at 0 once its queue is empty: else packets were
+        counted in and never out, and the port held fewer than its limit (a physics check of
+        shaping/shared_limit.py)."""
+        if self.shared_counters is None:
+            return
+        empty = all(c["backlog"] == 0 for per in snap[1] for c in per.values())
+        held = self.shared_counters.held()
+        self.shared_counters.close()
+        self.shared_counters = None
+        off = {k: n for k, n in held.items() if n != 0}
+        if empty and off:
+            worst = max(off, key=lambda k: abs(off[k]))
+            self._warn(
+                f"shared limit: with every queue empty, {len(off)} port(s) still count packets "
+                f"({worst}: {off[worst]}); each such port held that many fewer than its limit "
+                "by the end (shaping/shared_limit.py)"
+            )
 
     def _phase(self, shown: str, recorded: str) -> None:
         self.ui.phase(shown)

@@ -138,11 +138,12 @@ def _shared_limit_message(index: int, obj: TcObject, counters: Counters) -> byte
 
 def apply_plans(
     plans: Iterable[InterfacePlan], sockets: Callable[[str], socket.socket] | None = None
-) -> None:
+) -> Counters:
     """Every plan, one netlink batch per namespace (netlink.py): the interfaces carry the
     indexes the topology gave them, and each distinct tc object is encoded once. A queue is
     built before the redirect that feeds it. `sockets`: the runtime's netlink socket of each
-    namespace, when it keeps them."""
+    namespace, when it keeps them. Returns the shared limits' counters (none without one),
+    for the caller to read when the queues are empty and close."""
     by_ns: dict[str, nl.Batch] = {}
     counters = Counters()
 
@@ -172,5 +173,8 @@ def apply_plans(
                 b.add(message(p.end.far_index, obj), f"{obj} on {p.end.far_ifname}")
         for b in by_ns.values():
             b.commit()
-    finally:
-        counters.close()  # the filters hold their programs and maps
+    except BaseException:
+        counters.close()
+        raise
+    counters.close_programs()  # the filters hold them
+    return counters

@@ -30,7 +30,7 @@ import platform
 import struct
 
 SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
-BPF_MAP_CREATE, BPF_PROG_LOAD = 0, 5
+BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_PROG_LOAD = 0, 1, 5
 BPF_MAP_TYPE_ARRAY = 2
 BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_PSEUDO_MAP_FD = 1
@@ -129,32 +129,53 @@ def load_program(insns: bytes, name: str) -> int:
         raise BpfError(e.errno, f"{e.strerror}: {log.value.decode(errors='replace')}") from None
 
 
+def read_counter(map_fd: int) -> int:
+    """The counter's value (signed: see the module's docstring)."""
+    key = ctypes.c_uint32(0)
+    value = ctypes.c_int64(0)
+    attr = struct.pack(
+        "<IIQQQ", map_fd, 0, ctypes.addressof(key), ctypes.addressof(value), 0
+    ).ljust(32, b"\0")
+    _bpf(BPF_MAP_LOOKUP_ELEM, attr)
+    return int(value.value)
+
+
 class Counters:
-    """The maps and programs of a run's shared-limit ports, by key: open until close(), which
-    may come as soon as the filters holding them exist."""
+    """The maps and programs of a run's shared-limit ports, by key. The programs' fds may be
+    closed as soon as the filters holding them exist (close_programs); the maps' stay open
+    for `held` until close()."""
 
     def __init__(self) -> None:
-        self.fds: list[int] = []
+        self._programs: list[int] = []
         self._maps: dict[str, int] = {}
 
     def _map(self, key: str) -> int:
         if key not in self._maps:
             self._maps[key] = create_counter()
-            self.fds.append(self._maps[key])
         return self._maps[key]
 
     def count_in(self, key: str, limit: int) -> int:
         fd = load_program(count_in_program(self._map(key), limit), "tb_shared_in")
-        self.fds.append(fd)
+        self._programs.append(fd)
         return fd
 
     def count_out(self, key: str) -> int:
         fd = load_program(count_out_program(self._map(key)), "tb_shared_out")
-        self.fds.append(fd)
+        self._programs.append(fd)
         return fd
 
-    def close(self) -> None:
-        for fd in self.fds:
+    def held(self) -> dict[str, int]:
+        """What each port's counter says it holds: 0 once its queue is empty and the link
+        idle, unless packets were counted in and never out (or the reverse)."""
+        return {key: read_counter(fd) for key, fd in self._maps.items()}
+
+    def close_programs(self) -> None:
+        for fd in self._programs:
             os.close(fd)
-        self.fds.clear()
+        self._programs.clear()
+
+    def close(self) -> None:
+        self.close_programs()
+        for fd in self._maps.values():
+            os.close(fd)
         self._maps.clear()

@@ -194,6 +194,8 @@ def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, p
         assert all(c["drops"] == 0 for c in classes.values()), classes
         assert up["shared_limit_drops"] > 0, up
         assert q["max_packets"] <= 1001, q
+        # every packet counted in was counted out: the counters are back at 0 (else a warning)
+        assert not [w for w in s["warnings"] if w.startswith("shared limit:")], s["warnings"]
     rate_at_least(classes["high"]["rate_bps"], 0.90 * rate, s, "the high class on h1's uplink")
 
 
