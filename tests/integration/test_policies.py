@@ -120,6 +120,69 @@ def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path
     assert high / (high + low) == pytest.approx(25 / 221, rel=0.02), (high, low)
 
 
+def test_tail_puts_the_exposed_buffers_bytes_in_the_higher_class(tmp_path):
+    """The layers test's job with policy tail: the buffers the model of the job alone still
+    has reducing when backward ends go high. Their share of every iteration's bytes is the
+    policy's `share_to` (which layers, by hand on a small model: tests/unit/test_policies.py);
+    the class counters' payload must put that share in the high class, within 2 %, and it
+    must be neither none nor all of the job."""
+    s = run_scenario(
+        tmp_path,
+        {
+            "duration": "12s",
+            "measure": {"warmup": "2s", "cooldown": "1s"},
+            "topology": {"hosts": N, "link_rate": "200mbit"},
+            "tc_profile": "thesis-2band",
+            "workloads": {
+                "horovod": {
+                    "kind": "torch-ddp",
+                    "model": "thesis-ns3",
+                    "model_size": "10MB",
+                    "fusion": "static",
+                    "fusion_threshold": "1B",
+                    "queue": "priority",
+                    "barrier": False,
+                    "compute_time": "200ms",
+                    "tc_class": "low",
+                    "policy": {"kind": "tail", "to": "high"},
+                }
+            },
+        },
+    )
+    h = s["horovod"]
+    assert s["status"] == "ok" and h["iterations"] >= 3, h
+    p = h["policy"]
+    assert (p["kind"], p["to"]) == ("tail", "high") and 0.05 < p["share_to"] < 0.95, p
+    high, low = _payload(s, "high"), _payload(s, "low")
+    assert high / (high + low) == pytest.approx(p["share_to"], rel=0.02), (high, low, p)
+
+
+def test_by_ratio_puts_each_jobs_bytes_in_the_class_of_its_rank(tmp_path):
+    """examples/interleave.yaml's three jobs with policy by-ratio on thesis-3band: c (R 4.15)
+    high, b (2.84) middle, a (2.06) low. Every byte any of them sends crosses the fabric link
+    (a ring of two, one worker on each leaf: each worker sends its whole model each
+    iteration), so leaf1's uplink to the spine carries, per class, that job's model × its
+    iterations, in frames of 1448 B of payload: within 3 % (an iteration in flight at the
+    end, the handshakes)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples" / "interleave.yaml").read_text())
+    data.update({"duration": "12s", "measure": {"warmup": "2s", "cooldown": "1s"},
+                 "tc_profile": "thesis-3band"})  # fmt: skip
+    for w in data["workloads"].values():
+        w["policy"] = "by-ratio"
+    s = run_scenario(tmp_path, data)
+    assert s["status"] == "ok"
+    assert {n: s[n]["class"] for n in "abc"} == {"a": "low", "b": "middle", "c": "high"}
+    assert {n: s[n]["policy"]["rank"] for n in "abc"} == {"a": 3, "b": 2, "c": 1}
+    (fabric,) = [x for x in s["links"] if x["tier"] == "fabric" and x["from"] == "leaf1"]
+    for name, cls in (("a", "low"), ("b", "middle"), ("c", "high")):
+        model = s[name]["bytes_per_iteration"]
+        rounds = max(s[name]["iterations_per_worker"].values())
+        payload = fabric["classes"][cls]["bytes"] - 66 * fabric["classes"][cls]["packets"]
+        assert payload == pytest.approx(model * rounds, rel=0.03), (name, payload, model, rounds)
+
+
 def _payload(summary, cls: str) -> int:
     """TCP payload on the uplinks in class `cls`: the bytes less 66 B of headers a packet
     (Ethernet 14, IP 20, TCP with timestamps 32). Headers are not the job's bytes, and they
