@@ -81,12 +81,11 @@ def test_adaptive_policy_with_a_budget_no_iteration_exceeds_stays_in_its_class(t
     assert high < 0.001 * low, (high, low)  # ARP and the like at most
 
 
-def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path):
+def _per_transfer_job(tmp_path, policy: dict) -> dict:
     """The thesis' model (25 layers of one unit, 13 of four, 12 of twelve: 221 units), each
-    layer a buffer of its own: the first 25 layers are 25/221 = 11.31 % of every iteration's
-    bytes, and so of each class counter's payload (the ring sends 2 (N - 1)/N of every buffer,
-    whatever its size), within 2 %. The job runs alone, so nothing else is counted."""
-    s = run_scenario(
+    layer a buffer of its own, in the thesis' schedule, alone on 3 hosts: nothing else is
+    counted."""
+    return run_scenario(
         tmp_path,
         {
             "duration": "12s",
@@ -104,11 +103,18 @@ def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path
                     "barrier": False,
                     "compute_time": "200ms",
                     "tc_class": "low",
-                    "policy": {"kind": "layers", "first": 25, "to": "high"},
+                    "policy": policy,
                 }
             },
         },
     )
+
+
+def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path):
+    """The first 25 layers are 25/221 = 11.31 % of every iteration's bytes, and so of each
+    class counter's payload (the ring sends 2 (N - 1)/N of every buffer, whatever its size),
+    within 2 %."""
+    s = _per_transfer_job(tmp_path, {"kind": "layers", "first": 25, "to": "high"})
     h = s["horovod"]
     assert s["status"] == "ok" and h["iterations"] >= 3, h
     assert h["min_iteration_over_compute"] >= 1.0
@@ -121,34 +127,12 @@ def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path
 
 
 def test_tail_puts_the_exposed_buffers_bytes_in_the_higher_class(tmp_path):
-    """The layers test's job with policy tail: the buffers the model of the job alone still
-    has reducing when backward ends go high. Their share of every iteration's bytes is the
+    """The same job with policy tail: the buffers the model of the job alone still has
+    reducing when backward ends go high. Their share of every iteration's bytes is the
     policy's `share_to` (which layers, by hand on a small model: tests/unit/test_policies.py);
     the class counters' payload must put that share in the high class, within 2 %, and it
     must be neither none nor all of the job."""
-    s = run_scenario(
-        tmp_path,
-        {
-            "duration": "12s",
-            "measure": {"warmup": "2s", "cooldown": "1s"},
-            "topology": {"hosts": N, "link_rate": "200mbit"},
-            "tc_profile": "thesis-2band",
-            "workloads": {
-                "horovod": {
-                    "kind": "torch-ddp",
-                    "model": "thesis-ns3",
-                    "model_size": "10MB",
-                    "fusion": "static",
-                    "fusion_threshold": "1B",
-                    "queue": "priority",
-                    "barrier": False,
-                    "compute_time": "200ms",
-                    "tc_class": "low",
-                    "policy": {"kind": "tail", "to": "high"},
-                }
-            },
-        },
-    )
+    s = _per_transfer_job(tmp_path, {"kind": "tail", "to": "high"})
     h = s["horovod"]
     assert s["status"] == "ok" and h["iterations"] >= 3, h
     p = h["policy"]
