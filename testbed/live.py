@@ -353,6 +353,9 @@ class LiveRun:
         except Exception:
             log.exception("stopping metrics failed")
         finally:
+            if self.shared_counters is not None:  # a run that ended before its final read
+                self.shared_counters.close()
+                self.shared_counters = None
             self.rt.close()
 
     # the waiting phases
