@@ -10,12 +10,8 @@ from typing import Any
 from testbed.fields import FieldProblem
 from testbed.units import format_duration
 from testbed.workloads.training.interleave import plan_for
+from testbed.workloads.training.policies import group as jobs_with
 from testbed.workloads.training.ranking import classes
-
-
-def _group(s: Any, kind: str) -> dict[str, Any]:
-    return {n: w for n, w in s.workloads.of_kind("horovod", "torch-ddp")
-            if w.policy.kind == kind}  # fmt: skip
 
 
 def resolve(s: Any) -> None:
@@ -25,7 +21,7 @@ def resolve(s: Any) -> None:
 
 def _rank(s: Any) -> None:
     """Policy by-ratio: each job of the group its class, into its derived block."""
-    group = _group(s, "by-ratio")
+    group = jobs_with(s, "by-ratio")
     if not group:
         return
     lists = {tuple(w.policy.classes): n for n, w in group.items()}
@@ -44,7 +40,7 @@ def _rank(s: Any) -> None:
 
 def _check_offsets(s: Any) -> None:
     """Policy interleave: a given offset lies within the job's slot of the group's period."""
-    group = _group(s, "interleave")
+    group = jobs_with(s, "interleave")
     if not any(w.policy.offset is not None for w in group.values()):
         return
     _, slots = plan_for(s)

@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.workloads.training.policies import group
+
 GRID = 720  # offsets tried per period
 
 
@@ -176,15 +178,14 @@ def plan_for(s: Any) -> tuple[list[Profile], dict[str, Slot]]:
     """The group of scenario `s` (every training job whose policy is interleave) and its
     slots, at the largest margin any of them asks for. Every job's runner computes the same
     plan from the same scenario; the loader computes it too, to check given offsets."""
-    from testbed.workloads.training.predict import network_arcs, training_instances
+    from testbed.workloads.training.predict import network_arcs
 
-    group, margin = [], 0.0
-    for name, w in training_instances(s):
-        if w.policy.kind == "interleave":
-            it, arcs = network_arcs(name, s)
-            group.append(Profile(name, it, tuple(arcs), w.policy.offset))
-            margin = max(margin, w.policy.margin / 100)
-    return group, plan(group, margin)
+    jobs, margin = [], 0.0
+    for name, w in group(s, "interleave").items():
+        it, arcs = network_arcs(name, s)
+        jobs.append(Profile(name, it, tuple(arcs), w.policy.offset))
+        margin = max(margin, w.policy.margin / 100)
+    return jobs, plan(jobs, margin)
 
 
 def start(job: Any) -> Interleave:

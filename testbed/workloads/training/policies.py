@@ -201,6 +201,13 @@ POLICIES: dict[str, Declared] = {
 }
 
 
+def group(s: Any, kind: str) -> dict[str, Any]:
+    """The training jobs of scenario `s` whose policy is `kind`, by name, in scenario order:
+    a policy that acts across jobs (interleave, by-ratio) acts on this group."""
+    return {n: w for n, w in s.workloads.of_kind("horovod", "torch-ddp")
+            if w.policy.kind == kind}  # fmt: skip
+
+
 def _named(value: Any) -> Any:
     """`policy: adaptive` is `policy: {kind: adaptive}` with every field at its default."""
     if isinstance(value, str):

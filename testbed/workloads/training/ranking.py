@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.workloads.training.policies import group
+
 
 def ranks(jobs: list[tuple[str, float]]) -> list[str]:
     """Job names from the highest compute-to-network ratio down (ties by name)."""
@@ -51,9 +53,7 @@ class Ranked:
 def start(job: Any) -> Ranked:
     """The runner of training job `job` whose policy is by-ratio (its class is already its
     derived one)."""
-    group = [(n, w.d.compute_to_network_ratio)
-             for n, w in job.s.workloads.of_kind("horovod", "torch-ddp")
-             if w.policy.kind == "by-ratio"]  # fmt: skip
-    order = ranks(group)
-    return Ranked(order.index(job.name) + 1, len(group), job.cfg.d.compute_to_network_ratio,
+    jobs = [(n, w.d.compute_to_network_ratio) for n, w in group(job.s, "by-ratio").items()]
+    order = ranks(jobs)
+    return Ranked(order.index(job.name) + 1, len(jobs), job.cfg.d.compute_to_network_ratio,
                   job.cfg.d.tc_class)  # fmt: skip
