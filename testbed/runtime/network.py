@@ -236,9 +236,9 @@ class Network:
 
     def _build_link(self, lk: Link, a: nl.Batch, b: nl.Batch, fds: dict[str | None, int]) -> None:
         """A host link is made in its switch (the port joins the bridge as it is created),
-        with the host's end placed in the host, where the ifb that holds its uplink queue is
-        made too (its eth0 hands TCP one segment per packet, so that queue holds frames:
-        topology.Link; on fast links up to segments_per_packet); a fabric link in its leaf."""
+        with the host's end placed in the host (on fast links its eth0 takes at most
+        segments_per_packet segments in one packet: topology.Link); a fabric link in its
+        leaf."""
         mtu = self.plan.mtu if self.plan.mtu != 1500 else None  # else the kernel default
         if lk.tier == "host":
             b.add(
@@ -251,13 +251,11 @@ class Network:
                     IF_BRIDGE,
                     mtu,
                     peer_gso_max_segs=(
-                        segments_per_packet(lk.rate_bps, self.plan.mtu) if self.plan.fast else 1
+                        segments_per_packet(lk.rate_bps, self.plan.mtu) if self.plan.fast else None
                     ),
                 ),
                 f"veth {lk.b.ifname} to {lk.a.node}",
             )
-            if lk.a.queue:
-                a.add(nl.ifb(lk.a.queue, lk.a.queue_index, mtu), f"ifb {lk.a.queue}")
         else:
             a.add(
                 nl.veth(

@@ -5,13 +5,14 @@ import pytest
 from testbed.shaping.plan import (
     ByteFifo,
     Clsact,
+    Cutter,
+    Detach,
     DscpFilter,
     Fifo,
     Htb,
     HtbClass,
     LinkSpec,
     Netem,
-    Redirect,
     SharedLimitIn,
     SharedLimitOut,
     burst_bytes,
@@ -62,13 +63,24 @@ def test_thesis_2band_plan():
     assert filters[8].target == "1:11" and filters[8].u32_key == "0x20/0xfc+1"
 
 
-def test_a_queue_on_an_ifb_is_fed_by_its_ports_egress():
-    """A host's uplink: the classes on the ifb (eth0-up), and on eth0 a clsact hook whose
-    filter redirects every packet to the ifb; a queue on its own interface is fed by none."""
-    end = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0-up", 102, port="eth0", port_index=100)
+def test_a_hosts_uplink_is_fed_a_detached_clone_and_cut_into_frames():
+    """A host's uplink (detach): on eth0's clsact egress a BPF filter hands eth0's own qdiscs
+    a clone of each packet; in exact mode a tbf with a bucket of one frame (1514 bytes as HTB
+    counts them) at 1 Tbit/s is the root, the HTB its child, so the classes hold frames; fast
+    mode queues TCP's batches on the HTB itself. A queue not detached (a switch port) has
+    neither."""
+    end = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0", 100, detach=True)
     p = plan_interface(end, LinkSpec(10**8), profile("thesis-2band"), False)
-    assert p.feed == (Clsact(), Redirect(102))
-    assert p.objects == plan_interface(END, LinkSpec(10**8), profile("thesis-2band"), False).objects
+    assert p.feed == (Clsact(), Detach(100))
+    assert p.objects[:2] == (Cutter("2:", 10**12, 1514), Htb("1:", 0x10, "2:1"))
+    assert p.objects[2:] == plan_interface(END, LinkSpec(10**8), profile("thesis-2band"),
+                                           False).objects[1:]  # fmt: skip
+    assert of(plan_interface(end, LinkSpec(10**8, mtu=9000), profile("fifo"), False), Cutter) == [
+        Cutter("2:", 10**12, 9014)
+    ]
+    fast = plan_interface(end, LinkSpec(10**8, fast=True), profile("fifo"), False)
+    assert fast.feed == (Clsact(), Detach(100)) and of(fast, Cutter) == []
+    assert of(fast, Htb) == [Htb("1:", 0x10)]
     assert plan_interface(END, LinkSpec(10**8), profile("fifo"), False).feed == ()
 
 
@@ -76,15 +88,15 @@ def test_a_shared_limit_counts_in_at_the_root_and_out_at_the_far_end():
     """thesis-3band-shared: a BPF filter first on the root (before the DSCP filters) drops an
     arrival when the bands hold 1000 together; the far end counts packets out on its clsact
     ingress, adding a clsact where the far interface has none of its own (a switch port) and
-    not where it has (a host's eth0, fed to its ifb). The bands' own FIFOs hold 64 more, so
-    they never drop first."""
-    up = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0-up", 102, port="eth0", port_index=100,
+    not where it has (a host's eth0, with its detach filter). The bands' own FIFOs hold 64
+    more, so they never drop first."""
+    up = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0", 100, detach=True,
                  far_netns="tb-abcdef-sw", far_ifname="p1", far_index=7)  # fmt: skip
     p = plan_interface(up, LinkSpec(10**8), profile("thesis-3band-shared"), False)
-    assert p.objects[1] == SharedLimitIn("1:", 1, 1000, "tb-abcdef-h1/eth0-up")
+    assert p.objects[2] == SharedLimitIn("1:", 1, 1000, "tb-abcdef-h1/eth0")  # after the HTB
     assert {f.prio for f in of(p, DscpFilter)} == {10}  # after the limit's prio 1
     assert of(p, Fifo) == [Fifo(f"{m}:", f"1:{m}", 1064) for m in (10, 11, 12)]
-    assert p.far == (Clsact(), SharedLimitOut("tb-abcdef-h1/eth0-up"))
+    assert p.far == (Clsact(), SharedLimitOut("tb-abcdef-h1/eth0"))
     down = LinkEnd("h1", "down", "tb-abcdef-sw", "p1", 7, far_netns="tb-abcdef-h1",
                    far_ifname="eth0", far_index=100, far_clsact=True)  # fmt: skip
     p = plan_interface(down, LinkSpec(10**8), profile("thesis-3band-shared"), False)
