@@ -118,10 +118,9 @@ class Link:
     it is), and TCP Small Queues then held each sender to about a millisecond of its rate in
     all the queues of its path together: none filled, nothing was dropped, and three senders
     into one 100 Mbit/s downlink kept 29.6 / 63.2 / 2.8 Mbit/s for 10 s. TCP hands eth0
-    whole batches (up to 64 KB); in exact mode the queue's first qdisc cuts each into its
-    frames as it arrives (shaping/plan.py), in fast mode a batch holds at most
-    plan.segments_per_packet segments and is queued whole (docs/network.md has the
-    measurements).
+    batches of segments: in exact mode of at most plan.batch_segments, which the queue's
+    first qdisc cuts into frames as they arrive (shaping/plan.py); in fast mode of at most
+    plan.segments_per_packet, queued whole (docs/network.md has the measurements).
     """
 
     name: str  # label in summaries and metrics: the host's name, or leaf<i>-spine<j>

@@ -15,6 +15,7 @@ from testbed.shaping.plan import (
     Netem,
     SharedLimitIn,
     SharedLimitOut,
+    batch_segments,
     burst_bytes,
     packet_bytes,
     plan_interface,
@@ -233,6 +234,20 @@ def test_a_fast_links_packets_stay_within_64KB_and_what_the_link_sends_in_1_25ms
     rate, mtu, segments
 ):
     assert segments_per_packet(rate, mtu) == segments
+
+
+@pytest.mark.parametrize(
+    ("rate", "mtu", "segments"),
+    [
+        (10**10, 1500, 43),  # the bucket (125 KB) holds more than 64 KB: 65536 // 1514
+        (25 * 10**8, 1500, 20),  # 100 µs at 2.5 Gbit/s: 31,250 B
+        (10**9, 1500, 8),  # 12,500 B
+        (10**8, 1500, 1),  # 1,250 B: less than a frame, one segment a batch
+        (10**10, 9000, 7),  # 65536 // 9014
+    ],
+)
+def test_an_exact_hosts_batches_hold_what_the_classes_bucket_holds(rate, mtu, segments):
+    assert batch_segments(rate, mtu) == segments
     assert packet_bytes(rate, mtu, fast=True) == segments * (mtu + 14)
     assert packet_bytes(rate, mtu) == mtu + 14
 
