@@ -152,8 +152,16 @@ def apply_plans(
             by_ns[ns] = nl.Batch(ns, sockets(ns) if sockets else None)
         return by_ns[ns]
 
+    detach: dict[int, bytes] = {}  # one program for every host: encoded once, index patched
+
     def message(index: int, obj: TcObject) -> bytes:
-        if isinstance(obj, SharedLimitIn | SharedLimitOut | Detach):
+        if isinstance(obj, Detach):
+            if obj.target not in detach:
+                detach[obj.target] = _bpf_message(0, obj, counters)
+            msg = bytearray(detach[obj.target])
+            struct.pack_into("=i", msg, nl.INDEX_OFFSET, index)
+            return bytes(msg)
+        if isinstance(obj, SharedLimitIn | SharedLimitOut):
             return _bpf_message(index, obj, counters)
         if isinstance(obj, Cutter):
             return nl.tbf(index, _handle(obj.handle), TC_H_ROOT, obj.rate_bps, obj.burst, 0)

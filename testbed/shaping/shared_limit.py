@@ -85,6 +85,7 @@ class Counters:
     def __init__(self) -> None:
         self._programs: list[int] = []
         self._maps: dict[str, int] = {}
+        self._detach: dict[int, int] = {}  # interface index → its detach program
 
     def _map(self, key: str) -> int:
         if key not in self._maps:
@@ -102,9 +103,13 @@ class Counters:
         return fd
 
     def detach(self, ifindex: int) -> int:
-        fd = detach.load(ifindex)
-        self._programs.append(fd)
-        return fd
+        """One program for every host: the index it clones to is looked up in the namespace
+        of the packet's device, and every host's eth0 has the same (topology.IF_DATA), so a
+        256-host run loads it once, not 256 times (each load is a verifier pass)."""
+        if ifindex not in self._detach:
+            self._detach[ifindex] = detach.load(ifindex)
+            self._programs.append(self._detach[ifindex])
+        return self._detach[ifindex]
 
     def held(self) -> dict[str, int]:
         """What each port's counter says it holds: 0 once its queue is empty and the link
@@ -115,6 +120,7 @@ class Counters:
         for fd in self._programs:
             os.close(fd)
         self._programs.clear()
+        self._detach.clear()
 
     def close(self) -> None:
         self.close_programs()
