@@ -66,19 +66,22 @@ def test_thesis_2band_plan():
 
 def test_a_hosts_uplink_is_fed_a_detached_clone_and_cut_into_frames():
     """A host's uplink (detach): on eth0's clsact egress a BPF filter hands eth0's own qdiscs
-    a clone of each packet; in exact mode a tbf with a bucket of one frame (1514 bytes as HTB
-    counts them) at 1 Tbit/s is the root, the HTB its child, so the classes hold frames; fast
-    mode queues TCP's batches on the HTB itself. A queue not detached (a switch port) has
-    neither."""
+    a clone of each packet; in exact mode, where TCP's batches hold more than one segment, a
+    tbf with a bucket of one frame (1514 bytes as HTB counts them) at 1 Tbit/s is the root, the
+    HTB its child, so the classes hold frames; fast mode queues TCP's batches on the HTB
+    itself. A queue not detached (a switch port) has neither."""
     end = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0", 100, detach=True)
-    p = plan_interface(end, LinkSpec(10**8), profile("thesis-2band"), False)
+    p = plan_interface(end, LinkSpec(10**9), profile("thesis-2band"), False)
     assert p.feed == (Clsact(), Detach(100))
     assert p.objects[:2] == (Cutter("2:", 10**12, 1514), Htb("1:", 0x10, "2:1"))
-    assert p.objects[2:] == plan_interface(END, LinkSpec(10**8), profile("thesis-2band"),
+    assert p.objects[2:] == plan_interface(END, LinkSpec(10**9), profile("thesis-2band"),
                                            False).objects[1:]  # fmt: skip
-    assert of(plan_interface(end, LinkSpec(10**8, mtu=9000), profile("fifo"), False), Cutter) == [
+    assert of(plan_interface(end, LinkSpec(10**10, mtu=9000), profile("fifo"), False), Cutter) == [
         Cutter("2:", 10**12, 9014)
     ]
+    # below ~120 Mbit/s a batch is one segment (batch_segments): nothing to cut
+    slow = plan_interface(end, LinkSpec(10**8), profile("fifo"), False)
+    assert of(slow, Cutter) == [] and of(slow, Htb) == [Htb("1:", 0x10)] and slow.feed
     fast = plan_interface(end, LinkSpec(10**8, fast=True), profile("fifo"), False)
     assert fast.feed == (Clsact(), Detach(100)) and of(fast, Cutter) == []
     assert of(fast, Htb) == [Htb("1:", 0x10)]
@@ -94,7 +97,10 @@ def test_a_shared_limit_counts_in_at_the_root_and_out_at_the_far_end():
     up = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0", 100, detach=True,
                  far_netns="tb-abcdef-sw", far_ifname="p1", far_index=7)  # fmt: skip
     p = plan_interface(up, LinkSpec(10**8), profile("thesis-3band-shared"), False)
-    assert p.objects[2] == SharedLimitIn("1:", 1, 1000, "tb-abcdef-h1/eth0")  # after the HTB
+    after_htb = p.objects[p.objects.index(of(p, Htb)[0]) + 1]
+    assert after_htb == SharedLimitIn("1:", 1, 1000, "tb-abcdef-h1/eth0")
+    cut = plan_interface(up, LinkSpec(10**10), profile("thesis-3band-shared"), False)
+    assert isinstance(cut.objects[0], Cutter) and isinstance(cut.objects[2], SharedLimitIn)
     assert {f.prio for f in of(p, DscpFilter)} == {10}  # after the limit's prio 1
     assert of(p, Fifo) == [Fifo(f"{m}:", f"1:{m}", 1064) for m in (10, 11, 12)]
     assert p.far == (Clsact(), SharedLimitOut("tb-abcdef-h1/eth0"))
