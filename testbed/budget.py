@@ -45,9 +45,7 @@ BUDGET_CACHE = STATE_DIR / ".link-budget"  # no .json: all_states() reads those
 # seconds: the 2-core development VM's exact-mode budget was 1.83 Gbit/s in one flow and 3.61
 # in eight (2026-11-27), the H100 machine's 2.33 and 10.7
 SURE_BPS = 1e9
-# a testbed that measures differently, or whose links run differently, measures again (2: the
-# uplink fed a BPF clone, exact mode's TCP batches cut into frames by a tbf)
-PROBE_VERSION = 2
+PROBE_VERSION = 1  # a testbed that measures differently measures again
 
 
 @dataclass(frozen=True)

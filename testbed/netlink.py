@@ -44,7 +44,6 @@ RTM_NEWLINK = 16
 RTM_DELLINK = 17
 RTM_NEWADDR = 20
 RTM_NEWROUTE = 24
-RTM_NEWQDISC = 36
 
 IFF_UP = 0x1
 IFLA_IFNAME = 3
@@ -59,17 +58,6 @@ IFLA_INFO_DATA = 2
 IFLA_INFO_SLAVE_DATA = 5
 VETH_INFO_PEER = 1
 IFLA_BRPORT_ISOLATED = 33
-
-TCA_KIND = 1
-TCA_OPTIONS = 2
-TCA_TBF_PARMS = 1
-TCA_TBF_RATE64 = 4
-TCA_TBF_BURST = 6
-TC_LINKLAYER_ETHERNET = 1
-TCMSG = struct.Struct("=BxxxiIII")  # family, index, handle, parent, info
-# struct tc_tbf_qopt: rate and peak rate (struct tc_ratespec: cell_log, linklayer, overhead,
-# cell_align, mpu, rate), limit, buffer, mtu
-TBF_QOPT = struct.Struct("=BBHhHI BBHhHI III".replace(" ", ""))
 
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
@@ -162,22 +150,13 @@ def bridge(name: str, index: int, group: int | None = None) -> bytes:
     return _message(RTM_NEWLINK, CREATE, IFINFO.pack(0, 0, index, IFF_UP, IFF_UP) + attrs)
 
 
-def tbf(index: int, handle: int, parent: int, rate_bps: int, burst: int, limit: int) -> bytes:
-    """A tbf qdisc whose bucket holds exactly `burst` bytes (TCA_TBF_BURST) at a rate of any
-    size (TCA_TBF_RATE64): pyroute2's tbf sends neither, so its bucket is a whole number of
-    64 ns ticks (275 bytes at 34 Gbit/s) and its rate at most 34 Gbit/s. A packet larger
-    than the bucket is cut into its segments if it is a batch (GSO), else dropped. `limit`:
-    bytes of its default child bfifo, which a child qdisc grafted on class `handle`:1
-    replaces."""
-    rate = rate_bps // 8
-    spec = (0, TC_LINKLAYER_ETHERNET, 0, 0, 0)
-    qopt = TBF_QOPT.pack(*spec, min(rate, 0xFFFFFFFF), *spec, 0, limit, 0, 0)
-    options = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("=I", burst))
-    if rate > 0xFFFFFFFF:
-        options += _attr(TCA_TBF_RATE64, struct.pack("=Q", rate))
-    body = TCMSG.pack(0, index, handle, parent, 0)
-    body += _attr(TCA_KIND, _name("tbf")) + _nest(TCA_OPTIONS, options)
-    return _message(RTM_NEWQDISC, CREATE, body)
+def ifb(name: str, index: int, mtu: int | None = None) -> bytes:
+    """An ifb (intermediate functional block) device, up: a queue that a tc redirect feeds."""
+    attrs = _attr(IFLA_IFNAME, _name(name))
+    if mtu is not None:
+        attrs += _attr(IFLA_MTU, struct.pack("=I", mtu))
+    attrs += _nest(IFLA_LINKINFO, _attr(IFLA_INFO_KIND, _name("ifb")))
+    return _message(RTM_NEWLINK, CREATE, IFINFO.pack(0, 0, index, IFF_UP, IFF_UP) + attrs)
 
 
 def link_up(index: int) -> bytes:

@@ -57,6 +57,7 @@ IF_DATA = 100  # a host's eth0
 IF_MGMT = 101  # a host's mgmt0
 IF_FABRIC = 200  # + the far switch's number: a leaf's s<j>, a spine's l<i>
 IF_PORT = 1000  # + the host's place on its switch: the switch end of a host link
+IF_UP_QUEUE = 102  # a host's eth0-up: the ifb that holds its uplink's queue
 
 
 def new_run_id() -> str:
@@ -101,26 +102,27 @@ class Port:
     ifname: str
     index: int  # its interface index in `netns`
     address: ipaddress.IPv4Interface | None = None  # fabric /31s; host ends are set by Host
-    # its egress queue is handed a clone of each packet that belongs to no socket
-    # (shaping/detach.py): a host's end of its link, see Link
-    detach: bool = False
+    # An ifb in the same namespace that holds this port's egress queue ("": the port's own
+    # queue). A host's end of its link has one: see Link.
+    queue: str = ""
+    queue_index: int = 0
 
 
 @dataclass(frozen=True)
 class Link:
     """A cable between a lower node (host, leaf) and an upper one (switch, spine).
 
-    A host link's uplink queue sits on the host's eth0, and a filter before it hands it a
-    clone of each packet that belongs to no socket (shaping/detach.py), so every queue after
-    the sending host's stack fills and drops as a switch port's does. Queued as they are,
+    A host link's uplink queue sits on an ifb in the host (eth0-up), fed by a redirect from
+    eth0's egress (shaping/plan.py), and eth0 hands TCP one segment per packet
+    (gso_max_segs 1). The redirect passes on a clone that belongs to no socket, so every
+    queue after it fills and drops as a switch port's does. Queued on the veths themselves,
     every packet stayed charged to its sending socket until the far host had it (a veth
     keeps a packet's socket across namespaces since Linux 5.8, and a bridge forwards it as
     it is), and TCP Small Queues then held each sender to about a millisecond of its rate in
     all the queues of its path together: none filled, nothing was dropped, and three senders
-    into one 100 Mbit/s downlink kept 29.6 / 63.2 / 2.8 Mbit/s for 10 s. TCP hands eth0
-    batches of segments: in exact mode of at most plan.batch_segments, which the queue's
-    first qdisc cuts into frames as they arrive (shaping/plan.py); in fast mode of at most
-    plan.segments_per_packet, queued whole (docs/network.md has the measurements).
+    into one 100 Mbit/s downlink kept 29.6 / 63.2 / 2.8 Mbit/s for 10 s. And the uplink
+    queue held TCP's segmentation batches (46 KB each at 100 Mbit/s), not packets, since
+    segmentation happens after the qdisc (docs/network.md has the measurements).
     """
 
     name: str  # label in summaries and metrics: the host's name, or leaf<i>-spine<j>
@@ -151,10 +153,12 @@ class LinkEnd:
     dst: str = ""  # the node at the far end
     tier: Tier = "host"
     rate_bps: int | None = None  # None: the scenario's link_rate
-    # a clone of each packet, belonging to no socket, is what this queue holds (detach.py)
-    detach: bool = False
+    # `ifname` is an ifb fed by a redirect from the egress of this interface ("": `ifname`
+    # is the link's own interface)
+    port: str = ""
+    port_index: int = 0
     # the link's other end, where every packet this queue sends arrives next (a veth pair),
-    # and whether that interface has a clsact qdisc of its own (its own detach filter)
+    # and whether that interface has a clsact qdisc of its own (its ifb's redirect)
     far_netns: str = ""
     far_ifname: str = ""
     far_index: int = 0
@@ -207,16 +211,18 @@ class TopologyPlan:
         raise KeyError(name)
 
     def link_ends(self) -> list[LinkEnd]:
-        """Both directions of every link. A host link's uplink is the host's eth0; its
-        downlink is the switch port, where traffic from several senders meets. A fabric
-        link's up direction is the leaf's port toward the spine."""
+        """Both directions of every link. A host link's uplink is the host's eth0, queued on
+        its eth0-up; its downlink is the switch port, where traffic from several senders
+        meets. A fabric link's up direction is the leaf's port toward the spine."""
         ends: list[LinkEnd] = []
         for lk in self.links:
             for direction, near, far in (("up", lk.a, lk.b), ("down", lk.b, lk.a)):
+                queue = (near.queue, near.queue_index) if near.queue else (near.ifname, near.index)
+                port = (near.ifname, near.index) if near.queue else ("", 0)
                 ends.append(
-                    LinkEnd(lk.name, direction, near.netns, near.ifname, near.index, near.node,
-                            far.node, lk.tier, lk.rate_bps, near.detach, far.netns, far.ifname,
-                            far.index, far.detach)
+                    LinkEnd(lk.name, direction, near.netns, *queue, near.node, far.node, lk.tier,
+                            lk.rate_bps, *port, far.netns, far.ifname, far.index,
+                            bool(far.queue))
                 )  # fmt: skip
         return ends
 
@@ -316,7 +322,7 @@ def _host_link(h: Host, sw: Switch, place: int, rate: int) -> Link:
     """`place`: the host's 1-based position on its switch."""
     return Link(
         h.name,
-        Port(h.name, h.netns, h.data_if, IF_DATA, detach=True),
+        Port(h.name, h.netns, h.data_if, IF_DATA, queue=f"{h.data_if}-up", queue_index=IF_UP_QUEUE),
         Port(sw.name, sw.netns, h.switch_port, IF_PORT + place),
         rate,
         "host",

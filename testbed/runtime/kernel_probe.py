@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from pyroute2 import protocols
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed import netlink as nl
-from testbed.errors import RunFailure
-from testbed.runtime.namespaces import open_netlink, scratch
-from testbed.shaping import detach
-from testbed.shaping.apply import CLSACT_EGRESS
+from testbed.runtime.namespaces import scratch
+from testbed.shaping.apply import tc_call
+from testbed.shaping.plan import Redirect
 from testbed.topology import NETNS_NAMES
 
 HOW = {
@@ -28,13 +26,12 @@ HOW = {
     "pfifo": "CONFIG_NET_SCH_FIFO (built into every kernel with qdiscs)",
     "u32": "CONFIG_NET_CLS_U32 (modprobe cls_u32)",
     "netem": "CONFIG_NET_SCH_NETEM (modprobe sch_netem)",
+    "ifb": "CONFIG_IFB (modprobe ifb)",
     "clsact": "CONFIG_NET_SCH_INGRESS (modprobe sch_ingress)",
-    "bpf": "CONFIG_BPF_SYSCALL and CONFIG_NET_CLS_BPF (modprobe cls_bpf)",
-    "tbf": "CONFIG_NET_SCH_TBF (modprobe sch_tbf)",
+    "mirred": "CONFIG_NET_ACT_MIRRED (modprobe act_mirred)",
 }
-# clsact and a BPF filter feed a host's uplink queue (topology.Link says why); in exact mode
-# a tbf cuts TCP's batches into frames before it (shaping/plan.py)
-REQUIRED = ("veth", "bridge", "htb", "pfifo", "u32", "clsact", "bpf", "tbf")
+# ifb, clsact and mirred hold a host's uplink queue (topology.Link says why)
+REQUIRED = ("veth", "bridge", "htb", "pfifo", "u32", "ifb", "clsact", "mirred")
 
 
 @dataclass(frozen=True)
@@ -52,15 +49,15 @@ def probe(name: str | None = None) -> Capabilities:
     name = name or NETNS_NAMES["lone probe"].format(pid=os.getpid())
     present: set[str] = set()
     with scratch(name) as ipr:
-        _try_all(ipr, present, name)
+        _try_all(ipr, present)
     return Capabilities(frozenset(present))
 
 
-def _try_all(ipr, present: set[str], ns: str) -> None:
+def _try_all(ipr, present: set[str]) -> None:
     def attempt(feature: str, fn) -> bool:
         try:
             fn()
-        except (NetlinkError, RunFailure, OSError):  # OSError: bpf() refused (BpfError)
+        except NetlinkError:
             return False
         present.add(feature)
         return True
@@ -90,29 +87,8 @@ def _try_all(ipr, present: set[str], ns: str) -> None:
             keys=["0xb8/0xfc+1"],
         ),
     )
-    if attempt("clsact", lambda: ipr.tc("add", "clsact", index=i)):
+    if attempt("ifb", lambda: ipr.link("add", ifname="pq", kind="ifb")) and attempt(
+        "clsact", lambda: ipr.tc("add", "clsact", index=i)
+    ):
         # the very filter a run puts on a host's eth0
-        attempt("bpf", lambda: _detach(ipr, i))
-    # the very cutter a run puts on a host's eth0 in exact mode (on the other end of the pair)
-    j = ipr.link_lookup(ifname="pb")[0]
-    attempt("tbf", lambda: _send(ns, nl.tbf(j, 0x20000, 0xFFFFFFFF, 10**12, 1514, 0)))
-
-
-def _detach(ipr, index: int) -> None:
-    fd = detach.load(index)
-    try:
-        ipr.tc("add-filter", "bpf", index=index, parent=CLSACT_EGRESS, prio=1,
-               protocol=protocols.ETH_P_ALL, fd=fd, name="probe", direct_action=True)  # fmt: skip
-    finally:
-        os.close(fd)
-
-
-def _send(ns: str, message: bytes) -> None:
-    """One hand-built request (netlink.py) in namespace `ns`, its answer checked."""
-    sock = open_netlink(ns)
-    try:
-        batch = nl.Batch(ns, sock)
-        batch.add(message, "probe")
-        batch.commit()
-    finally:
-        sock.close()
+        attempt("mirred", lambda: tc_call(ipr, i, Redirect(ipr.link_lookup(ifname="pq")[0])))

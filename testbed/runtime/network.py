@@ -29,7 +29,7 @@ from testbed.runtime.namespaces import (
     read_proc_net,
     write_sysctl,
 )
-from testbed.shaping.plan import batch_segments, segments_per_packet
+from testbed.shaping.plan import segments_per_packet
 from testbed.shaping.stats import ClassReader
 from testbed.state import RunState
 from testbed.topology import (
@@ -236,9 +236,9 @@ class Network:
 
     def _build_link(self, lk: Link, a: nl.Batch, b: nl.Batch, fds: dict[str | None, int]) -> None:
         """A host link is made in its switch (the port joins the bridge as it is created),
-        with the host's end placed in the host, its eth0 taking at most segments_per_packet
-        segments in one packet on fast links, batch_segments on exact ones (topology.Link);
-        a fabric link in its leaf."""
+        with the host's end placed in the host, where the ifb that holds its uplink queue is
+        made too (its eth0 hands TCP one segment per packet, so that queue holds frames:
+        topology.Link; on fast links up to segments_per_packet); a fabric link in its leaf."""
         mtu = self.plan.mtu if self.plan.mtu != 1500 else None  # else the kernel default
         if lk.tier == "host":
             b.add(
@@ -250,12 +250,14 @@ class Network:
                     fds[lk.a.netns],
                     IF_BRIDGE,
                     mtu,
-                    peer_gso_max_segs=(segments_per_packet if self.plan.fast else batch_segments)(
-                        lk.rate_bps, self.plan.mtu
+                    peer_gso_max_segs=(
+                        segments_per_packet(lk.rate_bps, self.plan.mtu) if self.plan.fast else 1
                     ),
                 ),
                 f"veth {lk.b.ifname} to {lk.a.node}",
             )
+            if lk.a.queue:
+                a.add(nl.ifb(lk.a.queue, lk.a.queue_index, mtu), f"ifb {lk.a.queue}")
         else:
             a.add(
                 nl.veth(

@@ -15,14 +15,13 @@ from testbed import netlink as nl
 from testbed.shaping.plan import (
     ByteFifo,
     Clsact,
-    Cutter,
-    Detach,
     DscpFilter,
     Fifo,
     Htb,
     HtbClass,
     InterfacePlan,
     Netem,
+    Redirect,
     SharedLimitIn,
     SharedLimitOut,
     TcObject,
@@ -31,15 +30,6 @@ from testbed.shaping.shared_limit import Counters
 
 CLSACT_EGRESS = "ffff:fff3"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
 CLSACT_INGRESS = "ffff:fff2"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
-TC_H_ROOT = 0xFFFFFFFF
-
-
-def _handle(text: str) -> int:
-    """A qdisc handle as tc writes it ("2:") as the kernel reads it."""
-    major, _, minor = text.partition(":")
-    return int(major, 16) << 16 | int(minor or "0", 16)
-
-
 # pyroute2 knows no bfifo; its options are pfifo's (struct tc_fifo_qopt: one limit, in bytes)
 plugins.setdefault("bfifo", sched_pfifo)
 
@@ -49,8 +39,7 @@ def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
     # pyroute2 reads an integer rate as *bytes* per second.
     match obj:
         case Htb():
-            where = {"parent": obj.parent} if obj.parent else {}
-            ipr.tc("add", "htb", index=index, handle=obj.handle, default=obj.default_minor, **where)
+            ipr.tc("add", "htb", index=index, handle=obj.handle, default=obj.default_minor)
         case HtbClass():
             ipr.tc(
                 "add-class",
@@ -95,6 +84,19 @@ def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
             )
         case Clsact():
             ipr.tc("add", "clsact", index=index)
+        case Redirect():
+            ipr.tc(
+                "add-filter",
+                "u32",
+                index=index,
+                parent=CLSACT_EGRESS,
+                prio=1,
+                protocol=protocols.ETH_P_ALL,
+                keys=["0x0/0x0+0"],  # every packet
+                target=0,  # no class: the action takes the packet
+                action={"kind": "mirred", "direction": "egress", "action": "redirect",
+                        "ifindex": obj.target},
+            )  # fmt: skip
 
 
 @cache
@@ -116,20 +118,18 @@ def tc_message(index: int, obj: TcObject) -> bytes:
     return bytes(msg)
 
 
-def _bpf_message(index: int, obj: TcObject, counters: Counters) -> bytes:
-    """A BPF filter (plan.Detach, SharedLimitIn/Out) with its program loaded now: its fd is
-    in the message, so it is encoded each time, not from the template cache."""
+def _shared_limit_message(index: int, obj: TcObject, counters: Counters) -> bytes:
+    """A shared limit's filter (plan.SharedLimitIn/Out) with its program loaded now: its fd
+    is in the message, so it is encoded each time, not from the template cache."""
     batch = IPBatch()
     try:
         if isinstance(obj, SharedLimitIn):
             fd, parent, prio = counters.count_in(obj.key, obj.limit), obj.parent, obj.prio
-        elif isinstance(obj, SharedLimitOut):
-            fd, parent, prio = counters.count_out(obj.key), CLSACT_INGRESS, 1
         else:
-            assert isinstance(obj, Detach)
-            fd, parent, prio = counters.detach(obj.target), CLSACT_EGRESS, 1
+            assert isinstance(obj, SharedLimitOut)
+            fd, parent, prio = counters.count_out(obj.key), CLSACT_INGRESS, 1
         batch.tc("add-filter", "bpf", index=index, parent=parent, prio=prio,
-                 protocol=protocols.ETH_P_ALL, fd=fd, name=f"testbed-{type(obj).__name__}",
+                 protocol=protocols.ETH_P_ALL, fd=fd, name="testbed-shared-limit",
                  direct_action=True)  # fmt: skip
         return bytes(batch.batch)
     finally:
@@ -141,7 +141,7 @@ def apply_plans(
 ) -> Counters:
     """Every plan, one netlink batch per namespace (netlink.py): the interfaces carry the
     indexes the topology gave them, and each distinct tc object is encoded once. A queue is
-    built before the filter that feeds it. `sockets`: the runtime's netlink socket of each
+    built before the redirect that feeds it. `sockets`: the runtime's netlink socket of each
     namespace, when it keeps them. Returns the shared limits' counters (none without one),
     for the caller to read when the queues are empty and close."""
     by_ns: dict[str, nl.Batch] = {}
@@ -152,19 +152,9 @@ def apply_plans(
             by_ns[ns] = nl.Batch(ns, sockets(ns) if sockets else None)
         return by_ns[ns]
 
-    detach: dict[int, bytes] = {}  # one program for every host: encoded once, index patched
-
     def message(index: int, obj: TcObject) -> bytes:
-        if isinstance(obj, Detach):
-            if obj.target not in detach:
-                detach[obj.target] = _bpf_message(0, obj, counters)
-            msg = bytearray(detach[obj.target])
-            struct.pack_into("=i", msg, nl.INDEX_OFFSET, index)
-            return bytes(msg)
         if isinstance(obj, SharedLimitIn | SharedLimitOut):
-            return _bpf_message(index, obj, counters)
-        if isinstance(obj, Cutter):
-            return nl.tbf(index, _handle(obj.handle), TC_H_ROOT, obj.rate_bps, obj.burst, 0)
+            return _shared_limit_message(index, obj, counters)
         return tc_message(index, obj)
 
     try:
@@ -175,7 +165,7 @@ def apply_plans(
             for obj in p.objects:
                 b.add(message(p.end.index, obj), f"{obj} on {p.end.ifname}")
             for obj in p.feed:
-                b.add(message(p.end.index, obj), f"{obj} on {p.end.ifname}")
+                b.add(message(p.end.port_index, obj), f"{obj} on {p.end.port}")
         # a shared limit's far half last: the far end's own clsact may come with its queue
         for p in plans:
             for obj in p.far:

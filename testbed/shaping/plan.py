@@ -23,12 +23,8 @@ A tc profile's `shared_limit` adds a BPF filter first on the root that drops an 
 the classes hold that many packets together, and its counterpart on the far end of the link
 (shared_limit.py); the leaves then hold SHARED_HEADROOM more, so they never drop first.
 
-A host's uplink queue sits on its eth0, and a BPF filter on eth0's clsact egress hands it a
-clone of every packet that belongs to no socket (detach.py, topology.Link says why). TCP hands
-eth0 batches of segments (batch_segments); in exact mode the queue's root is a tbf that cuts
-each batch into its frames as it arrives (Cutter: a bucket of one frame, at a rate no link reaches), the
-plan above its child, so the classes count, order and drop frames while TCP runs once per
-batch. Switch ports receive frames already and need neither.
+A host's uplink queue sits on an ifb (topology.Link says why): its eth0 gets a clsact qdisc
+whose egress filter redirects every packet to the ifb, where the plan above is built.
 
 HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on real
 links by tests/integration/test_shaping.py and test_leafspine.py), and the guaranteed `rate`
@@ -70,30 +66,14 @@ QUANTUM_SECONDS = 0.001
 # 100 Mbit/s: 0.939), but did with 7.2 ms ones (9000 B at 10 Mbit/s: 29 of 52, up to 1.21x).
 SLOW_FRAME_SECONDS = 1.25e-3
 GSO_MAX_BYTES = 65536  # the largest packet TCP hands a device (the kernel's GSO_MAX_SIZE)
-ROOT = "1:"  # the HTB
+ROOT = "1:"
 CAP = "1:1"
-CUTTER = "2:"  # exact mode's tbf on a host's uplink, the HTB its child on class 2:1
-# the cutter's rate: far above any link's, so that its bucket of one frame never runs dry
-CUTTER_RATE = 1_000_000_000_000
 
 
 @dataclass(frozen=True)
 class Htb:
     handle: str
     default_minor: int
-    parent: str = ""  # "": the root
-
-
-@dataclass(frozen=True)
-class Cutter:
-    """tbf on the root of a host's uplink in exact mode: a bucket of exactly one frame
-    (`burst` bytes) makes it cut every larger batch (GSO) into its frames before its child,
-    the HTB, sees them; its rate is far above the link's, so it never holds a frame back
-    (netlink.tbf encodes it: pyroute2's tbf cannot set the bucket in bytes)."""
-
-    handle: str
-    rate_bps: int
-    burst: int  # bytes: one frame as HTB counts it
 
 
 @dataclass(frozen=True)
@@ -153,12 +133,12 @@ class Clsact:
 
 
 @dataclass(frozen=True)
-class Detach:
-    """A BPF filter on the clsact egress hook of interface `target` that hands the interface's
-    own qdiscs a clone of each packet, belonging to no socket, and steals the packet
-    (detach.py)."""
+class Redirect:
+    """A u32 filter on the clsact egress hook that matches every packet and hands it to the
+    egress of interface `target` (mirred): the clone it hands on belongs to no socket (at
+    egress mirred always clones; at ingress it passes the packet itself on, socket and all)."""
 
-    target: int  # the interface's index
+    target: int  # interface index, in the same namespace
 
 
 @dataclass(frozen=True)
@@ -181,14 +161,13 @@ class SharedLimitOut:
 
 TcObject = (
     Htb
-    | Cutter
     | HtbClass
     | Fifo
     | ByteFifo
     | Netem
     | DscpFilter
     | Clsact
-    | Detach
+    | Redirect
     | SharedLimitIn
     | SharedLimitOut
 )
@@ -205,7 +184,7 @@ class InterfacePlan:
     classes: dict[str, str]  # class name → classid ("1:10")
     leaves: dict[str, str]  # class name → leaf qdisc handle ("10:")
     notes: tuple[str, ...] = field(default=())
-    feed: tuple[TcObject, ...] = ()  # on end.index's clsact: what hands the queue its packets
+    feed: tuple[TcObject, ...] = ()  # on end.port_index: what hands its egress to the queue
     far: tuple[TcObject, ...] = ()  # on end.far_index in end.far_netns (a shared limit)
     frame_bytes: int = 1500 + ETHERNET_HEADER
     fast: bool = False  # link_mode: fast: a queued packet holds up to 64 KB of frames
@@ -248,18 +227,6 @@ def segments_per_packet(rate_bps: int, mtu: int = 1500) -> int:
     frame = mtu + ETHERNET_HEADER
     by_time = int(rate_bps * SLOW_FRAME_SECONDS / 8) // frame
     return max(1, min(GSO_MAX_BYTES // frame, by_time))
-
-
-def batch_segments(rate_bps: int, mtu: int = 1500) -> int:
-    """Exact mode: the most TCP segments a host's eth0 takes in one batch (its gso_max_segs),
-    which the cutter then cuts into frames: what the classes' token bucket holds
-    (BURST_SECONDS of the link), at least 1, at most 43 (64 KB). Larger batches, arriving at
-    the queue at once, cost a single flow goodput: at 1 Gbit/s 0.955 of the cap with up to 8
-    segments (the bucket's 12 KB), 0.93 with 16, 0.88 with 43 (one flow, iperf3, this 2-core
-    VM, 2026-11-28); at 10 Gbit/s the 43 of a full batch carry 4.1-4.4 Gbit/s, 8 only 3.2.
-    Below about 120 Mbit/s every segment is a batch of its own."""
-    frame = mtu + ETHERNET_HEADER
-    return max(1, min(GSO_MAX_BYTES // frame, burst_bytes(rate_bps) // frame))
 
 
 def packet_bytes(rate_bps: int, mtu: int = 1500, fast: bool = False) -> int:
@@ -311,11 +278,7 @@ def plan_interface(
     classes: dict[str, str] = {}
     leaves: dict[str, str] = {}
     default_minor = 0x10 + profile.class_names.index(profile.default or profile.class_names[0])
-    # below about 120 Mbit/s TCP hands eth0 one segment at a time: nothing to cut
-    cut = end.detach and not link.fast and batch_segments(rate, link.mtu) > 1
-    if cut:
-        objects.append(Cutter(CUTTER, max(CUTTER_RATE, 10 * rate), link.frame_bytes))
-    objects.append(Htb(ROOT, default_minor, f"{CUTTER[:-1]}:1" if cut else ""))
+    objects.append(Htb(ROOT, default_minor))
     quantum = quantum_bytes(rate, link.frame_bytes)
     objects.append(HtbClass(CAP, ROOT, rate, rate, 0, burst, burst, quantum))
     for i, cls in enumerate(profile.classes):
@@ -348,11 +311,11 @@ def plan_interface(
         for cls in profile.classes:
             for d in cls.dscp:
                 objects.append(DscpFilter(ROOT, 10, classes[cls.name], d))
-    feed: tuple[TcObject, ...] = (Clsact(), Detach(end.index)) if end.detach else ()
+    feed: tuple[TcObject, ...] = (Clsact(), Redirect(end.index)) if end.port_index else ()
     far: tuple[TcObject, ...] = ()
     if profile.shared_limit is not None:
         key = f"{end.netns}/{end.ifname}"
-        objects.insert(2 if cut else 1, SharedLimitIn(ROOT, 1, profile.shared_limit, key))
+        objects.insert(1, SharedLimitIn(ROOT, 1, profile.shared_limit, key))
         far = (*(() if end.far_clsact else (Clsact(),)), SharedLimitOut(key))
     return InterfacePlan(
         end, rate, tuple(objects), classes, leaves, tuple(notes), feed, far, link.frame_bytes,

@@ -15,24 +15,37 @@ leaves' own limits are set above the shared one (plan.py) so that they never dro
 comparison is signed: a packet counted out that was queued before the filters existed can
 only make the count low for a moment, never block the port.
 
-The programs are 15 and 11 instructions (bpf.py loads them).
+Written by hand, as raw instructions through the bpf() syscall: no compiler for BPF is
+installed here (llc without clang), pyroute2 attaches a program but does not build one, and
+bcc is not a dependency. The programs are 15 and 11 instructions; the kernel's verifier checks
+them at load. Program and map live as long as a filter holds them: deleting the qdiscs (or
+the namespace) frees them, nothing is pinned.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
+import struct
 
-from testbed.shaping import detach
-from testbed.shaping.bpf import (
-    BPF_PSEUDO_MAP_FD,
-    FUNC_MAP_LOOKUP_ELEM,
-    TC_ACT_SHOT,
-    TC_ACT_UNSPEC,
-    create_counter,
-    load_program,
-    read_counter,
-)
-from testbed.shaping.bpf import insn as _insn
+SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
+BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_PROG_LOAD = 0, 1, 5
+BPF_MAP_TYPE_ARRAY = 2
+BPF_PROG_TYPE_SCHED_CLS = 3
+BPF_PSEUDO_MAP_FD = 1
+FUNC_MAP_LOOKUP_ELEM = 1
+TC_ACT_UNSPEC, TC_ACT_SHOT = -1, 2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class BpfError(OSError):
+    """The kernel refused a map or a program (the verifier's log, when it gave one)."""
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
 
 def _lookup(map_fd: int) -> list[bytes]:
@@ -77,15 +90,64 @@ def count_out_program(map_fd: int) -> bytes:
     )
 
 
+def _bpf(cmd: int, attr: bytes) -> int:
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _libc.syscall(SYS_BPF, cmd, buf, len(attr))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise BpfError(err, os.strerror(err))
+    return int(fd)
+
+
+def create_counter() -> int:
+    """A one-element array map of one u64: the packets a port holds."""
+    attr = struct.pack("<IIIII", BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0).ljust(72, b"\0")
+    return _bpf(BPF_MAP_CREATE, attr)
+
+
+def load_program(insns: bytes, name: str) -> int:
+    """A tc classifier program; its verifier log in the error when the kernel refuses it."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    lic = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(65536)
+    attr = struct.pack(
+        "<IIQQIIQII16s",
+        BPF_PROG_TYPE_SCHED_CLS,
+        len(insns) // 8,
+        ctypes.addressof(code),
+        ctypes.addressof(lic),
+        1,  # log_level
+        len(log),
+        ctypes.addressof(log),
+        0,
+        0,
+        name.encode()[:15],
+    ).ljust(128, b"\0")
+    try:
+        return _bpf(BPF_PROG_LOAD, attr)
+    except BpfError as e:
+        raise BpfError(e.errno, f"{e.strerror}: {log.value.decode(errors='replace')}") from None
+
+
+def read_counter(map_fd: int) -> int:
+    """The counter's value (signed: see the module's docstring)."""
+    key = ctypes.c_uint32(0)
+    value = ctypes.c_int64(0)
+    attr = struct.pack(
+        "<IIQQQ", map_fd, 0, ctypes.addressof(key), ctypes.addressof(value), 0
+    ).ljust(32, b"\0")
+    _bpf(BPF_MAP_LOOKUP_ELEM, attr)
+    return int(value.value)
+
+
 class Counters:
-    """The maps and programs of a run's shared-limit ports, by key, and its other programs
-    (detach.py). The programs' fds may be closed as soon as the filters holding them exist
-    (close_programs); the maps' stay open for `held` until close()."""
+    """The maps and programs of a run's shared-limit ports, by key. The programs' fds may be
+    closed as soon as the filters holding them exist (close_programs); the maps' stay open
+    for `held` until close()."""
 
     def __init__(self) -> None:
         self._programs: list[int] = []
         self._maps: dict[str, int] = {}
-        self._detach: dict[int, int] = {}  # interface index → its detach program
 
     def _map(self, key: str) -> int:
         if key not in self._maps:
@@ -102,15 +164,6 @@ class Counters:
         self._programs.append(fd)
         return fd
 
-    def detach(self, ifindex: int) -> int:
-        """One program for every host: the index it clones to is looked up in the namespace
-        of the packet's device, and every host's eth0 has the same (topology.IF_DATA), so a
-        256-host run loads it once, not 256 times (each load is a verifier pass)."""
-        if ifindex not in self._detach:
-            self._detach[ifindex] = detach.load(ifindex)
-            self._programs.append(self._detach[ifindex])
-        return self._detach[ifindex]
-
     def held(self) -> dict[str, int]:
         """What each port's counter says it holds: 0 once its queue is empty and the link
         idle, unless packets were counted in and never out (or the reverse)."""
@@ -120,7 +173,6 @@ class Counters:
         for fd in self._programs:
             os.close(fd)
         self._programs.clear()
-        self._detach.clear()
 
     def close(self) -> None:
         self.close_programs()

@@ -21,7 +21,7 @@ RTM_NEWQDISC = 36
 RTM_GETQDISC = 38
 RTM_NEWTCLASS = 40
 RTM_GETTCLASS = 42
-HTB_HANDLE = 0x10000  # plan.ROOT, "1:"
+TC_H_ROOT = 0xFFFFFFFF
 NLM_F_DUMP = 0x300
 TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
 TCA_STATS2 = 7
@@ -84,7 +84,7 @@ class ClassReader:
         return {name: by_id[cid] for name, cid in plan.classes.items() if cid in by_id}
 
     def shared_limit_drops(self, plan: InterfacePlan, classes: Counters) -> int | None:
-        """The arrivals a shared limit dropped (None without one): the HTB counts
+        """The arrivals a shared limit dropped (None without one): the root qdisc counts
         them with its classes' own drops (`classes`, read just before), which it also counts."""
         if plan.shared_limit is None:
             return None
@@ -113,10 +113,8 @@ def dump_classes(sock: socket.socket, index: int) -> dict[str, dict[str, int]]:
 
 
 def root_drops(sock: socket.socket, index: int) -> int | None:
-    """The drops of the HTB (plan.ROOT, 1:) on interface `index` (None if it is gone): what
-    its filters dropped (a shared limit's) and its classes. It is the root qdisc but on a
-    host's uplink in exact mode, under the cutter, which does not count a drop its child's
-    filter made. A qdisc dump lists a namespace's every qdisc; the rest are skipped."""
+    """The drops of the root qdisc on interface `index` (None if it is gone). A qdisc dump
+    lists a namespace's every qdisc; the rest are skipped."""
     req = nl.HEADER.pack(nl.HEADER.size + TCMSG.size, RTM_GETQDISC, nl.NLM_F_REQUEST | NLM_F_DUMP,
                          1, 0) + TCMSG.pack(0, 0, 0, 0, 0)  # fmt: skip
     sock.send(req)
@@ -127,8 +125,8 @@ def root_drops(sock: socket.socket, index: int) -> int | None:
             if kind in (nl.NLMSG_DONE, nl.NLMSG_ERROR):
                 return found
             if kind == RTM_NEWQDISC:
-                _, ifindex, handle, _, _ = TCMSG.unpack_from(payload)
-                if ifindex == index and handle == HTB_HANDLE:
+                _, ifindex, _, parent, _ = TCMSG.unpack_from(payload)
+                if ifindex == index and parent == TC_H_ROOT:
                     found = parse_stats(payload[TCMSG.size :])["drops"]
 
 

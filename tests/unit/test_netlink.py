@@ -9,11 +9,10 @@ from pyroute2 import IPBatch
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
-from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from testbed import netlink as nl
 from testbed.shaping.apply import tc_call, tc_message
-from testbed.shaping.plan import Cutter, Detach, Htb, LinkSpec, plan_interface
+from testbed.shaping.plan import LinkSpec, plan_interface
 from testbed.shaping.profile import TcProfile, load_profile_data
 from testbed.topology import LinkEnd
 
@@ -118,40 +117,20 @@ def test_a_veth_with_an_mtu_sets_it_on_both_ends(ref):
     assert mine == theirs
 
 
-def test_a_fast_hosts_eth0_takes_at_most_its_segments_per_packet():
-    """The peer (a host's eth0) carries IFLA_GSO_MAX_SEGS where asked (fast mode): TCP sizes
-    its batches by it; exact mode asks nothing (the kernel's 64 KB batches, cut into frames
-    by the uplink's tbf)."""
+def test_an_ifb_is_what_pyroute2_sends(ref):
+    theirs = ref(lambda b: b.link("add", ifname="eth0-up", index=102, kind="ifb", state="up"))
+    assert decoded(ifinfmsg, nl.ifb("eth0-up", 102)) == decoded(ifinfmsg, theirs)
 
-    def peer(msg):
-        ((_, info),) = [a for a in msg["attrs"] if a[0] == "IFLA_LINKINFO"]
-        ((_, data),) = [a for a in info["attrs"] if a[0] == "IFLA_INFO_DATA"]
-        return data["attrs"][0][1]
 
-    msg = decoded(ifinfmsg, nl.veth("h7", 1007, "eth0", 100, 9, master=100, peer_gso_max_segs=43))
-    assert ("IFLA_GSO_MAX_SEGS", 43) in peer(msg)["attrs"]
+def test_a_hosts_eth0_takes_one_segment_per_packet():
+    """The peer (a host's eth0) carries IFLA_GSO_MAX_SEGS 1: TCP sizes its packets by it, so
+    the uplink queue after eth0's redirect holds packets, not segmentation batches."""
+    msg = decoded(ifinfmsg, nl.veth("h7", 1007, "eth0", 100, 9, master=100, peer_gso_max_segs=1))
+    ((_, info),) = [a for a in msg["attrs"] if a[0] == "IFLA_LINKINFO"]
+    ((_, data),) = [a for a in info["attrs"] if a[0] == "IFLA_INFO_DATA"]
+    peer = data["attrs"][0][1]
+    assert ("IFLA_GSO_MAX_SEGS", 1) in peer["attrs"]
     assert not any(a[0] == "IFLA_GSO_MAX_SEGS" for a in msg["attrs"])  # the switch's end
-    exact = decoded(ifinfmsg, nl.veth("h7", 1007, "eth0", 100, 9, master=100))
-    assert not any(a[0] == "IFLA_GSO_MAX_SEGS" for a in peer(exact)["attrs"])
-
-
-def test_a_tbf_sets_its_bucket_in_bytes_and_a_rate_beyond_32_bits():
-    """The cutter (plan.Cutter): pyroute2 reads back the qdisc, its place and its fixed
-    parameters; the bucket (TCA_TBF_BURST) and the 64-bit rate (TCA_TBF_RATE64), which it
-    does not know, are checked in the raw attributes."""
-    msg = nl.tbf(100, 0x20000, 0xFFFFFFFF, 10**12, 1514, 0)
-    t = tcmsg(msg)
-    t.decode()
-    assert (t["index"], t["handle"], t["parent"], t.get_attr("TCA_KIND")) == (
-        100, 0x20000, 0xFFFFFFFF, "tbf")  # fmt: skip
-    parms = t.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_PARMS")
-    assert (parms["rate"], parms["limit"], parms["rate___reserved"]) == (0xFFFFFFFF, 0, 1)
-    ((_, options),) = [a for a in nl.attributes(msg[16 + nl.TCMSG.size :]) if a[0] == 2]
-    raw = dict(nl.attributes(options))
-    assert int.from_bytes(raw[nl.TCA_TBF_BURST], "little") == 1514
-    assert int.from_bytes(raw[nl.TCA_TBF_RATE64], "little") == 10**12 // 8
-    slow = dict(nl.attributes(dict(nl.attributes(nl.tbf(1, 1, 1, 8 * 10**9, 1514, 0)[36:]))[2]))
-    assert nl.TCA_TBF_RATE64 not in slow  # 1 GB/s fits the 32-bit field
 
 
 def test_enslave_and_isolate_by_name_are_what_pyroute2_sends(ref):
@@ -175,13 +154,11 @@ def test_each_tc_copy_is_pyroute2s_encoding_for_that_interface(ref, profile):
     """Byte for byte, past the header's sequence number and port: the HTB rate tables and
     u32 keys do not depend on the interface, only the index at offset 20 does."""
     prof = TcProfile.model_validate(load_profile_data(profile, None))
-    end = LinkEnd("h1", "up", "ns", "eth0", 100, detach=True)
+    end = LinkEnd("h1", "up", "ns", "eth0-up", 102, port="eth0", port_index=100)
     plan = plan_interface(end, LinkSpec(10**9), prof, False)
-    # the cutter (netlink.tbf) and the detach filter (a program loaded each time) excepted
-    objects = [o for o in (*plan.objects, *plan.feed) if not isinstance(o, Cutter | Detach)]
-    assert any(isinstance(o, Htb) and o.parent for o in objects)
+    assert plan.feed  # the redirect into the ifb is copied the same way
     for index in (100, 1003, 2**20):
-        for obj in objects:
+        for obj in (*plan.objects, *plan.feed):
             mine = tc_message(index, obj)
             theirs = ref(lambda b, o=obj, i=index: tc_call(b, i, o))
             assert len(mine) == len(theirs)

@@ -5,17 +5,15 @@ import pytest
 from testbed.shaping.plan import (
     ByteFifo,
     Clsact,
-    Cutter,
-    Detach,
     DscpFilter,
     Fifo,
     Htb,
     HtbClass,
     LinkSpec,
     Netem,
+    Redirect,
     SharedLimitIn,
     SharedLimitOut,
-    batch_segments,
     burst_bytes,
     packet_bytes,
     plan_interface,
@@ -64,27 +62,13 @@ def test_thesis_2band_plan():
     assert filters[8].target == "1:11" and filters[8].u32_key == "0x20/0xfc+1"
 
 
-def test_a_hosts_uplink_is_fed_a_detached_clone_and_cut_into_frames():
-    """A host's uplink (detach): on eth0's clsact egress a BPF filter hands eth0's own qdiscs
-    a clone of each packet; in exact mode, where TCP's batches hold more than one segment, a
-    tbf with a bucket of one frame (1514 bytes as HTB counts them) at 1 Tbit/s is the root, the
-    HTB its child, so the classes hold frames; fast mode queues TCP's batches on the HTB
-    itself. A queue not detached (a switch port) has neither."""
-    end = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0", 100, detach=True)
-    p = plan_interface(end, LinkSpec(10**9), profile("thesis-2band"), False)
-    assert p.feed == (Clsact(), Detach(100))
-    assert p.objects[:2] == (Cutter("2:", 10**12, 1514), Htb("1:", 0x10, "2:1"))
-    assert p.objects[2:] == plan_interface(END, LinkSpec(10**9), profile("thesis-2band"),
-                                           False).objects[1:]  # fmt: skip
-    assert of(plan_interface(end, LinkSpec(10**10, mtu=9000), profile("fifo"), False), Cutter) == [
-        Cutter("2:", 10**12, 9014)
-    ]
-    # below ~120 Mbit/s a batch is one segment (batch_segments): nothing to cut
-    slow = plan_interface(end, LinkSpec(10**8), profile("fifo"), False)
-    assert of(slow, Cutter) == [] and of(slow, Htb) == [Htb("1:", 0x10)] and slow.feed
-    fast = plan_interface(end, LinkSpec(10**8, fast=True), profile("fifo"), False)
-    assert fast.feed == (Clsact(), Detach(100)) and of(fast, Cutter) == []
-    assert of(fast, Htb) == [Htb("1:", 0x10)]
+def test_a_queue_on_an_ifb_is_fed_by_its_ports_egress():
+    """A host's uplink: the classes on the ifb (eth0-up), and on eth0 a clsact hook whose
+    filter redirects every packet to the ifb; a queue on its own interface is fed by none."""
+    end = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0-up", 102, port="eth0", port_index=100)
+    p = plan_interface(end, LinkSpec(10**8), profile("thesis-2band"), False)
+    assert p.feed == (Clsact(), Redirect(102))
+    assert p.objects == plan_interface(END, LinkSpec(10**8), profile("thesis-2band"), False).objects
     assert plan_interface(END, LinkSpec(10**8), profile("fifo"), False).feed == ()
 
 
@@ -92,18 +76,15 @@ def test_a_shared_limit_counts_in_at_the_root_and_out_at_the_far_end():
     """thesis-3band-shared: a BPF filter first on the root (before the DSCP filters) drops an
     arrival when the bands hold 1000 together; the far end counts packets out on its clsact
     ingress, adding a clsact where the far interface has none of its own (a switch port) and
-    not where it has (a host's eth0, with its detach filter). The bands' own FIFOs hold 64
-    more, so they never drop first."""
-    up = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0", 100, detach=True,
+    not where it has (a host's eth0, fed to its ifb). The bands' own FIFOs hold 64 more, so
+    they never drop first."""
+    up = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0-up", 102, port="eth0", port_index=100,
                  far_netns="tb-abcdef-sw", far_ifname="p1", far_index=7)  # fmt: skip
     p = plan_interface(up, LinkSpec(10**8), profile("thesis-3band-shared"), False)
-    after_htb = p.objects[p.objects.index(of(p, Htb)[0]) + 1]
-    assert after_htb == SharedLimitIn("1:", 1, 1000, "tb-abcdef-h1/eth0")
-    cut = plan_interface(up, LinkSpec(10**10), profile("thesis-3band-shared"), False)
-    assert isinstance(cut.objects[0], Cutter) and isinstance(cut.objects[2], SharedLimitIn)
+    assert p.objects[1] == SharedLimitIn("1:", 1, 1000, "tb-abcdef-h1/eth0-up")
     assert {f.prio for f in of(p, DscpFilter)} == {10}  # after the limit's prio 1
     assert of(p, Fifo) == [Fifo(f"{m}:", f"1:{m}", 1064) for m in (10, 11, 12)]
-    assert p.far == (Clsact(), SharedLimitOut("tb-abcdef-h1/eth0"))
+    assert p.far == (Clsact(), SharedLimitOut("tb-abcdef-h1/eth0-up"))
     down = LinkEnd("h1", "down", "tb-abcdef-sw", "p1", 7, far_netns="tb-abcdef-h1",
                    far_ifname="eth0", far_index=100, far_clsact=True)  # fmt: skip
     p = plan_interface(down, LinkSpec(10**8), profile("thesis-3band-shared"), False)
@@ -242,20 +223,6 @@ def test_a_fast_links_packets_stay_within_64KB_and_what_the_link_sends_in_1_25ms
     assert segments_per_packet(rate, mtu) == segments
     assert packet_bytes(rate, mtu, fast=True) == segments * (mtu + 14)
     assert packet_bytes(rate, mtu) == mtu + 14
-
-
-@pytest.mark.parametrize(
-    ("rate", "mtu", "segments"),
-    [
-        (10**10, 1500, 43),  # the bucket (125 KB) holds more than 64 KB: 65536 // 1514
-        (25 * 10**8, 1500, 20),  # 100 µs at 2.5 Gbit/s: 31,250 B
-        (10**9, 1500, 8),  # 12,500 B
-        (10**8, 1500, 1),  # 1,250 B: less than a frame, one segment a batch
-        (10**10, 9000, 7),  # 65536 // 9014
-    ],
-)
-def test_an_exact_hosts_batches_hold_what_the_classes_bucket_holds(rate, mtu, segments):
-    assert batch_segments(rate, mtu) == segments
 
 
 def test_a_fast_queue_counts_frames_by_its_bytes():

@@ -62,13 +62,12 @@ def test_link_ends_both_directions():
     assert len(ends) == 6
     up = [e for e in ends if e.direction == "up"]
     down = [e for e in ends if e.direction == "down"]
-    # the uplink is queued on the host's eth0, fed a detached clone (topology.Link); the
-    # downlink on the switch port, whose far end (eth0) has a clsact of its own
-    assert {(e.netns, e.ifname, e.index, e.detach, e.far_ifname) for e in up} == {
-        (h.netns, "eth0", 100, True, h.switch_port) for h in p.hosts
+    # the uplink is queued on the host's ifb, which eth0's egress feeds (topology.Link)
+    assert {(e.netns, e.ifname, e.index, e.port, e.port_index) for e in up} == {
+        (h.netns, "eth0-up", 102, "eth0", 100) for h in p.hosts
     }
-    assert {(e.netns, e.ifname, e.detach, e.far_ifname, e.far_clsact) for e in down} == {
-        ("tb-a1b2c3-sw", h.switch_port, False, "eth0", True) for h in p.hosts
+    assert {(e.netns, e.ifname, e.port) for e in down} == {
+        ("tb-a1b2c3-sw", h.switch_port, "") for h in p.hosts
     }
 
 
