@@ -27,6 +27,14 @@ WANTED = {
     # ACKs the delayed-ACK timer sent (the kernel's: 40-200 ms of real time, HZ-rounded; no
     # knob here sets it, so time dilation shrinks it in scenario time; docs/network.md)
     ("TcpExt", "DelayedACKs"): "delayed_acks",
+    # segments a sender learned arrived out of order, not lost (by SACK, timestamps or
+    # duplicate ACKs), and the duplicate SACKs that told it a retransmission was needless: a
+    # link that reorders (network.rps_mask says how one can) shows here, a queue that drops
+    # does not
+    ("TcpExt", "TCPSACKReorder"): "reorders_detected",
+    ("TcpExt", "TCPTSReorder"): "reorders_detected",
+    ("TcpExt", "TCPRenoReorder"): "reorders_detected",
+    ("TcpExt", "TCPDSACKRecv"): "dsacks_received",
 }
 
 

@@ -15,6 +15,7 @@ RECORDED = Path(__file__).parents[1] / "integration" / "data" / "summary_keys.js
 TCP = {
     "segments_sent", "retransmitted_segments", "timeouts", "spurious_timeouts", "loss_probes",
     "receive_buffer_drops", "out_of_order_drops", "receive_prunes", "delayed_acks",
+    "reorders_detected", "dsacks_received",
 }  # fmt: skip
 # expect.CORE as it was written by hand (2026-11-27, commit f76c06c), plus what the
 # declaration added: the queues' counts
