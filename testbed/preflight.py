@@ -149,8 +149,20 @@ def kernel_capabilities(state: RunState | None = None) -> Capabilities:
             + ", ".join(f"{m} ({HOW[m]})" for m in missing)
             + "; testbed cannot shape links without it"
         )
-    # Missing optional features (netem) are reported by the shaping plan, once per run.
+    # Missing optional features are reported once per run: netem by the shaping plan,
+    # receive steering by kernel_warnings.
     return caps
+
+
+def kernel_warnings(caps: Capabilities) -> list[str]:
+    """What a missing optional feature costs the run, one line each."""
+    if caps.has("rps"):
+        return []
+    return [
+        "kernel has no net.core.rps_default_mask (" + HOW["rps"] + "): a shaped queue sent "
+        "from two CPUs can deliver a flow's packets out of order, which TCP takes for loss; "
+        "the summary's tcp.reorders_detected counts it (docs/network.md, Reordering)"
+    ]
 
 
 def host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:

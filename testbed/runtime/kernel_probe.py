@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyroute2 import protocols
 from pyroute2.netlink.exceptions import NetlinkError
@@ -29,7 +30,9 @@ HOW = {
     "ifb": "CONFIG_IFB (modprobe ifb)",
     "clsact": "CONFIG_NET_SCH_INGRESS (modprobe sch_ingress)",
     "mirred": "CONFIG_NET_ACT_MIRRED (modprobe act_mirred)",
+    "rps": "Linux >= 6.2 built with CONFIG_RPS (its sysctl net.core.rps_default_mask)",
 }
+RPS_DEFAULT_MASK = Path("/proc/sys/net/core/rps_default_mask")
 # ifb, clsact and mirred hold a host's uplink queue (topology.Link says why)
 REQUIRED = ("veth", "bridge", "htb", "pfifo", "u32", "ifb", "clsact", "mirred")
 
@@ -62,6 +65,8 @@ def _try_all(ipr, present: set[str]) -> None:
         present.add(feature)
         return True
 
+    if RPS_DEFAULT_MASK.exists():  # optional (network.rps_mask says what for); the key is
+        present.add("rps")  # per namespace, and every namespace of a kernel has it or none
     attempt("bridge", lambda: ipr.link("add", ifname="pbr", kind="bridge"))
     if not attempt("veth", lambda: ipr.link("add", ifname="pa", kind="veth", peer="pb")):
         return

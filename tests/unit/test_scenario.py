@@ -420,6 +420,30 @@ def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, mo
     assert len(probes) == 3
 
 
+def test_a_kernel_without_receive_steering_is_named_in_one_warning():
+    """Only the missing optional feature warns: the run still builds (each flow may then
+    reach its receiver out of order, which the summary counts)."""
+    from testbed import preflight
+    from testbed.runtime.kernel_probe import REQUIRED, Capabilities
+
+    assert preflight.kernel_warnings(Capabilities(frozenset({*REQUIRED, "rps"}))) == []
+    (line,) = preflight.kernel_warnings(Capabilities(frozenset(REQUIRED)))
+    assert "net.core.rps_default_mask" in line and "Linux >= 6.2" in line
+    assert "tcp.reorders_detected" in line and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("cpus", "mask"),
+    [(1, "1"), (2, "3"), (16, "ffff"), (32, "ffffffff"), (33, "1,ffffffff"),
+     (96, "ffffffff,ffffffff,ffffffff")],
+)  # fmt: skip
+def test_the_steering_mask_names_every_cpu_in_the_kernels_bitmap_format(cpus, mask):
+    """Hex with a comma every 32 CPUs (lib/bitmap.c's bitmap_parse), counted by hand."""
+    from testbed.runtime.network import rps_mask
+
+    assert rps_mask(cpus) == mask
+
+
 @pytest.mark.parametrize(
     ("topology", "message"),
     [
