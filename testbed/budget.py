@@ -45,7 +45,7 @@ BUDGET_CACHE = STATE_DIR / ".link-budget"  # no .json: all_states() reads those
 # seconds: the 2-core development VM's exact-mode budget was 1.83 Gbit/s in one flow and 3.61
 # in eight (2026-11-27), the H100 machine's 2.33 and 10.7
 SURE_BPS = 1e9
-PROBE_VERSION = 1  # a testbed that measures differently measures again
+PROBE_VERSION = 2  # a testbed that measures differently measures again (2: receive steering)
 
 
 @dataclass(frozen=True)
