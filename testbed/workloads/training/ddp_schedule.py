@@ -50,6 +50,7 @@ from testbed.workloads.training.horovod_worker import (
     FINISH,
     NO_PACE,
     Clock,
+    EndGuess,
     Pacer,
     Recorder,
     Stamp,
@@ -294,7 +295,7 @@ def scheduled(
     ring.start([int(x[1]) for x in layers])
     clock, barrier, limit = Clock(), cfg["barrier"], cfg.get("iterations")
     pending: tuple[int, Stamp, float] | None = None
-    last: float | None = None
+    end = EndGuess(deadline)
     i = 0
     try:
         while limit is None or i < limit:
@@ -305,9 +306,7 @@ def scheduled(
                 rec.add(pending[0], pending[1], start, pending[2])
                 pending = None
             pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
-            late = deadline is not None and last is not None and 2 * start.wall - last >= deadline
-            flag: bool | None = FINISH.is_set() or late
-            last = start.wall
+            flag: bool | None = FINISH.is_set() or end.late(start.wall, lag=1)
             compute = 0.0
             for j, (_, _, fwd, _) in enumerate(layers):
                 ring.wait_layer(j, i - 1)

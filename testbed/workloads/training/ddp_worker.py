@@ -39,6 +39,7 @@ from testbed.workloads.training.horovod_worker import (
     FINISH,
     NO_PACE,
     Clock,
+    EndGuess,
     Pacer,
     Recorder,
     Stamp,
@@ -50,21 +51,13 @@ from testbed.workloads.training.models import buckets_for
 
 class StopVote:
     def __init__(self, dist: Any, torch: Any, deadline: float | None, device: Any = None) -> None:
-        self.dist, self.torch, self.deadline = dist, torch, deadline
+        self.dist, self.torch = dist, torch
+        self.end = EndGuess(deadline)
         self.device = device  # nccl reduces CUDA tensors only
         self.pending: deque[tuple[Any, Any]] = deque()
-        self.last_start: float | None = None
-        self.period: float | None = None
 
     def submit(self, started: float) -> None:
-        if self.last_start is not None:
-            self.period = started - self.last_start
-        self.last_start = started
-        late = (
-            self.deadline is not None
-            and self.period is not None
-            and started + self.period >= self.deadline
-        )
+        late = self.end.late(started, lag=1)
         flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0], device=self.device)
         work = self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX, async_op=True)
         self.pending.append((work, flag))

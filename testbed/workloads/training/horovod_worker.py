@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import signal
@@ -96,6 +97,28 @@ class Stamp:
         self.mono = time.monotonic()
 
 
+class EndGuess:
+    """Whether the iteration `lag` iterations after the one that started at `started` would
+    start after the run's end (`deadline`). Judged from the longest of the last `KEEP`
+    iteration lengths, not from the last alone: lengths vary by a tenth from one iteration to
+    the next on a shared machine (254 then 284 ms at 250 ms of compute, measured here), and a
+    guess from the last length let an iteration start after the end in one run of three. The
+    job may stop up to about one iteration early instead, inside the run's cool-down."""
+
+    KEEP = 8
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.starts: deque[float] = deque(maxlen=self.KEEP + 1)
+
+    def late(self, started: float, lag: int) -> bool:
+        self.starts.append(started)
+        if self.deadline is None or len(self.starts) < 2:
+            return False
+        longest = max(b - a for a, b in itertools.pairwise(self.starts))
+        return started + lag * longest >= self.deadline
+
+
 class StopVote:
     """The collective stop: each iteration reduces max(local "stop") over the ranks, submitted
     with the first gradient of backward so it travels with that iteration's reductions. The
@@ -105,26 +128,18 @@ class StopVote:
     the decision uses the one before (lag 2) and never waits on the wire.
 
     A rank votes "stop" on SIGUSR1, or when the iteration the vote decides would start after
-    the run's end (`deadline`), judged from the last iteration's length: the job then stops
-    about at the end of the run on its own, as the load generators stop starting flows, instead
-    of `lag` iterations after the orchestrator asks."""
+    the run's end (`deadline`, judged by EndGuess): the job then stops about at the end of the
+    run on its own, as the load generators stop starting flows, instead of `lag` iterations
+    after the orchestrator asks."""
 
     def __init__(self, hvd: Any, torch: Any, lag: int, deadline: float | None = None) -> None:
-        self.hvd, self.torch, self.lag, self.deadline = hvd, torch, lag, deadline
+        self.hvd, self.torch, self.lag = hvd, torch, lag
+        self.end = EndGuess(deadline)
         self.handles: deque[Any] = deque()
-        self.last_start: float | None = None
-        self.period: float | None = None
 
     def submit(self, i: int, started: float) -> None:
         """`started`: the wall time at which iteration i started."""
-        if self.last_start is not None:
-            self.period = started - self.last_start
-        self.last_start = started
-        late = (
-            self.deadline is not None
-            and self.period is not None
-            and started + self.lag * self.period >= self.deadline
-        )
+        late = self.end.late(started, self.lag)
         flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0])
         self.handles.append(self.hvd.allreduce_async(flag, name=f"stop.{i}", op=self.hvd.Max))
 
