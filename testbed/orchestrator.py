@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testbed import budget, dilation, expect, preflight
+from testbed import budget, dilation, expect, hostcpu, preflight
 from testbed.budget import Budget
 from testbed.ending import end_run
 from testbed.errors import RunFailure, ScenarioError, TestbedError
@@ -226,6 +226,8 @@ def _claimed(
     caps = preflight.kernel_capabilities(state)
     stop.check()
     warnings: list[str] = preflight.check_workloads(s) + preflight.kernel_warnings(caps)
+    if w := hostcpu.backlog_warning(hostcpu.backlog_limit()):
+        warnings.append(w)
     fit = budget.assess(s, b, hold is not None) if b is not None else None
     if fit is not None and (w := budget.warning(s, fit)):
         warnings.append(w)

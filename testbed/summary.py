@@ -60,6 +60,7 @@ class HostCpu(TypedDict):
     cores: Count
     busy: Ratio
     steal: Ratio
+    backlog_drops: Count  # the CPUs' receive backlogs, machine-wide (hostcpu.py)
 
 
 class SetupSeconds(TypedDict):

@@ -205,6 +205,10 @@ def test_both_kinds_keep_scenario_time_when_dilated(tmp_path):
     # issue33-detach, whose images then fell up to 28 % short); steered, 0-1.
     tcp = s["tcp"]
     assert tcp["reorders_detected"] <= 1e-4 * tcp["segments_sent"], tcp
+    # No packet lost outside the shaped queues: at the kernel's netdev_max_backlog of 1000 a
+    # CPU's receive backlog dropped 76-1,521 packets in 3 runs of 10 and the images fell up
+    # to 32 % short (CI, 2026-11-28); install.sh raises it to 10,000 (docs/network.md).
+    assert s["host_cpu"]["backlog_drops"] == 0, (s["host_cpu"], tcp)
     e, q = s["ensemble"], s["incast"]
     limit = 32 / (3 * BLOCK * 8 / link)  # 1107 images/s: ten times the 100 Mbit/s figure
     assert e["limits"]["network"] == pytest.approx(limit)

@@ -44,3 +44,27 @@ def test_expectations_may_gate_on_steal():
             {"name": "x", "topology": {"hosts": 2}, "workloads": {"linkcheck": {}},
              "expect": ["host_cpu.stael < 0.05"]}, "s.yaml",
         )  # fmt: skip
+
+
+def test_backlog_drops_between_two_reads_and_the_warning():
+    # /proc/net/softnet_stat: one line per CPU, hex; the second column is drops
+    before = hostcpu.softnet_drops("002ded85 00000000 00000000\n002eb697 00000003 00000001\n")
+    after = hostcpu.softnet_drops("002ded99 00000367 00000000\n002eb6a0 000005d3 00000005\n")
+    assert (before, after) == (3, 0x367 + 0x5D3)  # 871 + 1491 = 2362
+    a = hostcpu.parse("cpu  0 0 0 0 0 0 0 0 0 0")
+    cpu = hostcpu.between(
+        hostcpu.CpuTimes(a.busy, a.steal, a.total, before),
+        hostcpu.CpuTimes(300, 0, 1000, after),
+    )
+    assert cpu["backlog_drops"] == 2359
+    (w,) = hostcpu.warnings(cpu)
+    assert "dropped 2359 packets" in w and "netdev_max_backlog" in w
+    assert hostcpu.warnings({**cpu, "backlog_drops": 0}) == []
+
+
+def test_a_short_backlog_is_named_with_its_fix():
+    w = hostcpu.backlog_warning(1000)
+    assert w is not None and "is 1000" in w and "sysctl -w net.core.netdev_max_backlog=10000" in w
+    assert hostcpu.backlog_warning(hostcpu.BACKLOG_MIN) is None
+    assert hostcpu.backlog_warning(None) is None  # not readable: nothing to say
+    assert hostcpu.read().backlog_drops >= 0 and hostcpu.backlog_limit() is not None

@@ -36,7 +36,7 @@ BY_HAND = {
     "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
     "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s", "drain_limit_s": "s",
                "edges_late_s": ["wall"]},
-    "host_cpu": {"cores": "1", "busy": "1", "steal": "1"},
+    "host_cpu": {"cores": "1", "busy": "1", "steal": "1", "backlog_drops": "1"},
     "links": [{"rate_bps": "bps",
                "classes": {CLASS: {"bytes": "B", "packets": "1", "drops": "1", "rate_bps": "bps"}},
                "shared_limit_drops": "1"}],
