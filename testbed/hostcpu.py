@@ -13,7 +13,7 @@ The counter is the machine's, not the run's: other traffic on the machine counts
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 STAT = Path("/proc/stat")
@@ -50,7 +50,7 @@ def read(path: Path = STAT, softnet: Path = SOFTNET) -> CpuTimes:
         drops = softnet_drops(softnet.read_text())
     except OSError:  # no /proc/net (a kernel without networking)
         return cpu
-    return CpuTimes(cpu.busy, cpu.steal, cpu.total, drops)
+    return replace(cpu, backlog_drops=drops)
 
 
 def backlog_limit() -> int | None:
@@ -87,7 +87,9 @@ def between(a: CpuTimes, b: CpuTimes) -> dict[str, float | int | None]:
     }
 
 
-def warnings(cpu: dict[str, float | int | None]) -> list[str]:
+def warnings(cpu: dict[str, float | int | None], backlog: int | None) -> list[str]:
+    """One line for each way the window's CPU may have made rates and times come out low;
+    `backlog` is net.core.netdev_max_backlog as the run found it (backlog_limit())."""
     out = []
     steal, busy = cpu.get("steal"), cpu.get("busy")
     if isinstance(steal, float) and steal > STEAL_WARN:
@@ -106,7 +108,7 @@ def warnings(cpu: dict[str, float | int | None]) -> list[str]:
     if isinstance(drops, int) and drops > 0:
         out.append(
             f"the CPUs' receive backlogs dropped {drops} packets during the measured window "
-            f"(net.core.netdev_max_backlog = {backlog_limit()}): losses the scenario did not ask "
+            f"(net.core.netdev_max_backlog = {backlog}): losses the scenario did not ask "
             f"for; raise it to {BACKLOG_MIN} or more, or give the run more CPU"
         )
     return out

@@ -234,7 +234,7 @@ class LiveRun:
         w0, w1, self.m.host_cpu = self._run_window(window)
         self.m.edges = (w0, w1)
         self.m.late_edges = late_edges(window, w0, w1)
-        for msg in hostcpu.warnings(self.m.host_cpu):
+        for msg in hostcpu.warnings(self.m.host_cpu, hostcpu.backlog_limit()):
             self._warn(msg)
         self.state.set_phase("draining")
         self._drain(window)

@@ -225,9 +225,9 @@ def _claimed(
     state.set_phase("probing kernel")
     caps = preflight.kernel_capabilities(state)
     stop.check()
-    warnings: list[str] = preflight.check_workloads(s) + preflight.kernel_warnings(caps)
-    if w := hostcpu.backlog_warning(hostcpu.backlog_limit()):
-        warnings.append(w)
+    warnings: list[str] = preflight.check_workloads(s) + preflight.kernel_warnings(
+        caps, hostcpu.backlog_limit()
+    )
     fit = budget.assess(s, b, hold is not None) if b is not None else None
     if fit is not None and (w := budget.warning(s, fit)):
         warnings.append(w)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
+from testbed import hostcpu
 from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.runtime.kernel_probe import HOW, Capabilities, probe
 from testbed.scenario import TCP_MACHINE, Scenario
@@ -154,15 +155,19 @@ def kernel_capabilities(state: RunState | None = None) -> Capabilities:
     return caps
 
 
-def kernel_warnings(caps: Capabilities) -> list[str]:
-    """What a missing optional feature costs the run, one line each."""
-    if caps.has("rps"):
-        return []
-    return [
-        "kernel has no net.core.rps_default_mask (" + HOW["rps"] + "): a shaped queue sent "
-        "from two CPUs can deliver a flow's packets out of order, which TCP takes for loss; "
-        "the summary's tcp.reorders_detected counts it (docs/network.md, Reordering)"
-    ]
+def kernel_warnings(caps: Capabilities, backlog: int | None) -> list[str]:
+    """What a missing optional feature or a short kernel setting costs the run, one line each;
+    `backlog` is net.core.netdev_max_backlog (hostcpu.backlog_limit())."""
+    out = []
+    if not caps.has("rps"):
+        out.append(
+            "kernel has no net.core.rps_default_mask (" + HOW["rps"] + "): a shaped queue sent "
+            "from two CPUs can deliver a flow's packets out of order, which TCP takes for loss; "
+            "the summary's tcp.reorders_detected counts it (docs/network.md, Reordering)"
+        )
+    if w := hostcpu.backlog_warning(backlog):
+        out.append(w)
+    return out
 
 
 def host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:

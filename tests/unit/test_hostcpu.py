@@ -14,7 +14,7 @@ def test_busy_and_steal_shares_between_two_reads():
     # busy grew 600 + 200 + 100 = 900, steal 300, idle 300: 1500 jiffies in all
     cpu = hostcpu.between(a, b)
     assert (cpu["busy"], cpu["steal"]) == (0.6, 0.2)
-    (w,) = hostcpu.warnings(cpu)
+    (w,) = hostcpu.warnings(cpu, 10_000)
     assert "hypervisor took 20%" in w
 
 
@@ -22,9 +22,11 @@ def test_a_saturated_machine_is_called_out_and_a_quiet_one_is_not():
     a = hostcpu.parse("cpu  0 0 0 0 0 0 0 0 0 0")
     assert (
         "98% busy"
-        in hostcpu.warnings(hostcpu.between(a, hostcpu.parse("cpu  980 0 0 20 0 0 0 0")))[0]
+        in hostcpu.warnings(hostcpu.between(a, hostcpu.parse("cpu  980 0 0 20 0 0 0 0")), None)[0]
     )
-    assert hostcpu.warnings(hostcpu.between(a, hostcpu.parse("cpu  300 0 0 700 0 0 0 10"))) == []
+    assert (
+        hostcpu.warnings(hostcpu.between(a, hostcpu.parse("cpu  300 0 0 700 0 0 0 10")), None) == []
+    )
     assert hostcpu.between(a, a)["busy"] is None  # no time passed: no share
 
 
@@ -57,9 +59,9 @@ def test_backlog_drops_between_two_reads_and_the_warning():
         hostcpu.CpuTimes(300, 0, 1000, after),
     )
     assert cpu["backlog_drops"] == 2359
-    (w,) = hostcpu.warnings(cpu)
-    assert "dropped 2359 packets" in w and "netdev_max_backlog" in w
-    assert hostcpu.warnings({**cpu, "backlog_drops": 0}) == []
+    (w,) = hostcpu.warnings(cpu, 1000)
+    assert "dropped 2359 packets" in w and "netdev_max_backlog = 1000" in w
+    assert hostcpu.warnings({**cpu, "backlog_drops": 0}, 1000) == []
 
 
 def test_a_short_backlog_is_named_with_its_fix():

@@ -426,10 +426,13 @@ def test_a_kernel_without_receive_steering_is_named_in_one_warning():
     from testbed import preflight
     from testbed.runtime.kernel_probe import REQUIRED, Capabilities
 
-    assert preflight.kernel_warnings(Capabilities(frozenset({*REQUIRED, "rps"}))) == []
-    (line,) = preflight.kernel_warnings(Capabilities(frozenset(REQUIRED)))
+    assert preflight.kernel_warnings(Capabilities(frozenset({*REQUIRED, "rps"})), 10_000) == []
+    (line,) = preflight.kernel_warnings(Capabilities(frozenset(REQUIRED)), 10_000)
     assert "net.core.rps_default_mask" in line and "Linux >= 6.2" in line
     assert "tcp.reorders_detected" in line and "\n" not in line
+    # the receive backlog, a kernel setting, is named beside them when short
+    (line,) = preflight.kernel_warnings(Capabilities(frozenset({*REQUIRED, "rps"})), 1000)
+    assert "netdev_max_backlog is 1000" in line
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,9 @@ class EndGuess:
     iteration lengths, not from the last alone: lengths vary by a tenth from one iteration to
     the next on a shared machine (254 then 284 ms at 250 ms of compute, measured here), and a
     guess from the last length let an iteration start after the end in one run of three. The
-    job may stop up to about one iteration early instead, inside the run's cool-down."""
+    job may stop up to about one iteration before the run's end instead: inside the cool-down
+    when that is at least an iteration long; with a shorter one the window loses at most its
+    last iteration."""
 
     KEEP = 8
 
