@@ -627,29 +627,49 @@ EXCLUSIVE = (
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Set dotted paths in a scenario mapping (a copy). A value that replaces its partner in
-    EXCLUSIVE removes that partner, so `utilization` overrides a base that gave `arrival_rate`."""
+    EXCLUSIVE removes that partner, so `utilization` overrides a base that gave `arrival_rate`.
+    A list's item is named by its `name` or its index: `tc_profile.classes.low.guaranteed`
+    (a class's floor, swept like any other knob)."""
     import copy
 
     out = copy.deepcopy(data)
     for path, value in overrides.items():
-        parts = path.split(".")
-        node = out
-        for i, key in enumerate(parts[:-1]):
-            child = node.get(key)
-            if child is None:
-                child = node[key] = {}
-            if not isinstance(child, dict):
-                raise ScenarioError(
-                    f"{path}: {'.'.join(parts[: i + 1])} is not a mapping, cannot set {parts[-1]}"
-                )
-            node = child
-        leaf = parts[-1]
+        *steps, leaf = path.split(".")
+        node: Any = out
+        done: list[str] = []
+        for key in steps:
+            if isinstance(node, list):
+                node = _item(node, key, path, ".".join(done))
+            else:
+                if node.get(key) is None:
+                    node[key] = {}
+                node = node[key]
+            done.append(key)
+            if not isinstance(node, (dict, list)):
+                raise ScenarioError(f"{path}: {'.'.join(done)} is not a mapping, cannot set {leaf}")
+        if isinstance(node, list):
+            where = ".".join(done)
+            raise ScenarioError(
+                f"{path}: {where} is a list: name an item's field ({where}.NAME.FIELD)"
+            )
         node[leaf] = value
         for a, b in EXCLUSIVE:
             partner = b if leaf == a else a if leaf == b else None
             if partner is not None and value is not None:
                 node.pop(partner, None)
     return out
+
+
+def _item(items: list[Any], key: str, path: str, where: str) -> Any:
+    """The item of list `where` whose `name` is `key`, else the one at index `key`."""
+    for x in items:
+        if isinstance(x, dict) and x.get("name") == key:
+            return x
+    if key.isdigit() and int(key) < len(items):
+        return items[int(key)]
+    names = [str(x["name"]) for x in items if isinstance(x, dict) and "name" in x]
+    have = ", ".join(names) if names else f"indices 0 to {len(items) - 1}"
+    raise ScenarioError(f"{path}: {where} has no item {key!r} (it has {have})")
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[str | int, ...]:

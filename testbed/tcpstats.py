@@ -8,6 +8,7 @@ over the run, hosts summed."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from collections.abc import Iterable
@@ -69,3 +70,105 @@ def bytes_received(sock: socket.socket) -> int:
     receiver that counts what it read instead would count bytes its buffer held before."""
     info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, BYTES_RECEIVED_AT + 8)
     return int(struct.unpack_from("=Q", info, BYTES_RECEIVED_AT)[0])
+
+
+# A connection's own counters (struct tcp_info, linux/tcp.h; the struct only grows, so a
+# field is there when the kernel's copy is long enough): offset, format, the name in records.
+# A host's /proc/net counters mix every class its sockets send in; these are one socket's.
+SOCKET_FIELDS = (
+    (136, "I", "segments_sent"),  # tcpi_segs_out: data and pure ACKs, retransmits included
+    (100, "I", "retransmitted_segments"),  # tcpi_total_retrans
+    (240, "H", "timeouts"),  # tcpi_total_rto (Linux 6.7): retransmission timeouts that fired
+    (244, "I", "timeout_ms"),  # tcpi_total_rto_time: ms spent recovering from them
+)
+# the key of a workload's sockets whose class changes while they live (a demoted flow, a
+# job whose policy switches its class): their counters cannot be split between the classes
+SWITCHED = "switched"
+TCP_INFO_LEN = 280  # Linux 6.18's struct; a longer one is cut, a shorter one comes back short
+
+
+def socket_counters(info: bytes) -> dict[str, int | None]:
+    """SOCKET_FIELDS of a tcp_info as getsockopt returned it; None for a field this kernel's
+    struct does not reach (the timeouts before Linux 6.7)."""
+    out: dict[str, int | None] = {}
+    for at, fmt, name in SOCKET_FIELDS:
+        end = at + struct.calcsize(fmt)
+        out[name] = struct.unpack_from("=" + fmt, info, at)[0] if len(info) >= end else None
+    return out
+
+
+def read_socket(sock: socket.socket) -> dict[str, int | None]:
+    return socket_counters(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN))
+
+
+def own_sockets() -> dict[str, dict[str, int | None]]:
+    """The counters of every connected TCP socket this process holds, by "local>peer"
+    (address:port each): what a library opened (Gloo, NCCL) included, which the program never
+    sees. Each descriptor is duplicated to be read and the copy closed; the socket itself is
+    not touched (socket(fileno=) leaves its blocking mode alone while no default timeout is
+    set: socket.setdefaulttimeout is not used in testbed)."""
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):  # closed meanwhile, or not a socket after all
+            continue
+        with sock:
+            if sock.type != socket.SOCK_STREAM or sock.family not in (
+                socket.AF_INET,
+                socket.AF_INET6,
+            ):
+                continue
+            try:
+                own, peer = sock.getsockname(), sock.getpeername()
+                out[f"{own[0]}:{own[1]}>{peer[0]}:{peer[1]}"] = read_socket(sock)
+            except OSError:  # listening, or not connected
+                continue
+    return out
+
+
+def window_counters(
+    start: dict[str, dict[str, int | None]], stop: dict[str, dict[str, int | None]]
+) -> dict[str, dict[str, int | None]]:
+    """Each socket's counters over a window, from its reads at the two edges: a socket opened
+    inside the window counts from zero; one gone by its end cannot be read and is left out
+    (a job's connections live as long as the job)."""
+    out = {}
+    for key, b in stop.items():
+        a = start.get(key, {})
+        out[key] = {k: None if v is None else v - (a.get(k) or 0) for k, v in b.items()}
+    return out
+
+
+def add_counters(into: dict[str, int | None], more: dict[str, int | None]) -> dict[str, int | None]:
+    """`into` plus `more`, field by field; None (not on this kernel) stays None."""
+    for k, v in more.items():
+        have = into.get(k, 0)
+        into[k] = None if v is None or have is None else have + v
+    return into
+
+
+def socket_section(counters: Iterable[dict[str, int | None]]) -> dict[str, float | int | None]:
+    """A workload's sockets in its summary (SOCKET_UNITS): their counters summed (None: not
+    on this kernel); the time spent recovering from timeouts in the machine's seconds, like
+    every duration a summary section holds before a dilated run's are scaled."""
+    total: dict[str, int | None] = {name: 0 for _, _, name in SOCKET_FIELDS}
+    n = 0
+    for c in counters:
+        add_counters(total, c)
+        n += 1
+    ms = total.pop("timeout_ms")
+    return {"sockets": n, **total, "timeout_time_s": None if ms is None else ms / 1e3}
+
+
+# socket_section's units, for a kind's summary declaration (under "tcp_by_class": {"*": ...},
+# "*" being a class of the profile, or SWITCHED)
+SOCKET_UNITS = {
+    "sockets": "1",
+    "segments_sent": "1",
+    "retransmitted_segments": "1",
+    "timeouts": "1",
+    "timeout_time_s": "s",
+}

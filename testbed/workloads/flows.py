@@ -29,10 +29,11 @@ import socket
 import struct
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from testbed import tcpstats
 from testbed.metrics.exporters import start_node_exporter
 from testbed.window import Window, wait_for_go
 
@@ -44,11 +45,51 @@ def mark(sock: socket.socket, dscp: int) -> None:
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
 
 
-async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dscp: int) -> None:
-    """Answer one connection: read the size asked for, send that many bytes, close."""
+class Served:
+    """The server's side of each connection, one CSV row as it closes (`<out>.served.csv`):
+    when it was accepted, the client, the bytes asked for and the sending socket's own TCP
+    counters (tcpstats.SOCKET_FIELDS). The server is the side that sends a flow's data, so
+    its retransmissions and timeouts are the flow's; a host's /proc/net counters mix every
+    class the host sends in. The controller counts the connections accepted inside the
+    measured window (`window` is known once the run has started)."""
+
+    FIELDS: ClassVar[list[str]] = [
+        "accepted", "client", "client_port", "size_bytes", "sent_all",
+        *(name for _, _, name in tcpstats.SOCKET_FIELDS),
+    ]  # fmt: skip
+
+    def __init__(self, path: Path) -> None:
+        self.f = open(path, "w", newline="")  # noqa: SIM115 - lives as long as the process
+        self.csv = csv.writer(self.f)
+        self.csv.writerow(self.FIELDS)
+        self.f.flush()
+
+    def add(self, accepted: float, peer: Any, size: int, sent_all: bool, sock: Any) -> None:
+        try:
+            counters = tcpstats.read_socket(sock)
+        except OSError:
+            counters = dict.fromkeys(name for _, _, name in tcpstats.SOCKET_FIELDS)
+        client, port = (peer[0], peer[1]) if peer else ("", "")
+        self.csv.writerow([f"{accepted:.6f}", client, port, size, sent_all,
+                           *("" if v is None else v for v in counters.values())])  # fmt: skip
+        self.f.flush()
+
+
+async def serve(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    dscp: int,
+    served: Served | None = None,
+) -> None:
+    """Answer one connection: read the size asked for, send that many bytes, wait for the
+    client to close (it does once it has every byte: none of this connection's
+    retransmissions is left to come), record the socket's counters, close. The client's
+    flow time ends when its last byte arrives, so waiting here does not lengthen it."""
+    accepted = time.time()
     sock = writer.get_extra_info("socket")
     if sock is not None:
         mark(sock, dscp)
+    size, sent_all = 0, False
     try:
         (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
         payload = b"\0" * CHUNK
@@ -58,10 +99,36 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dscp
             writer.write(payload[:n])
             left -= n
             await writer.drain()
+        sent_all = True
+        await reader.read()  # the client's FIN (or a reset)
     except (asyncio.IncompleteReadError, ConnectionError, OSError):
         pass
     finally:
+        if served is not None and sock is not None:
+            served.add(accepted, writer.get_extra_info("peername"), size, sent_all, sock)
         writer.close()
+
+
+def served_file(out: Path) -> Path:
+    """The server's records beside the client's (Served)."""
+    return out.with_suffix(".served.csv")
+
+
+def served_counters(outs: Iterable[Path], window: Window) -> list[dict[str, int | None]]:
+    """The sending sockets' counters (Served) of the connections the nodes writing `outs`
+    accepted inside the measured window; a node without the file (it died first) adds none."""
+    names = [name for _, _, name in tcpstats.SOCKET_FIELDS]
+    out = []
+    for path in outs:
+        try:
+            with open(served_file(path), newline="") as f:
+                rows = list(csv.DictReader(f))
+        except FileNotFoundError:
+            continue
+        for r in rows:
+            if window.contains(float(r["accepted"])):
+                out.append({k: int(r[k]) if r[k] else None for k in names})
+    return out
 
 
 def csv_fields(host: str, own: list[str], duration: str) -> list[str]:
@@ -232,8 +299,12 @@ Registry = Callable[[], tuple[Any, dict[str, Any]]]  # a kind's (registry, metri
 
 async def _amain(args: argparse.Namespace, node: type[OpenLoop], registry: Registry) -> int:
     cfg = json.loads(Path(args.config).read_text())
+    served = Served(served_file(args.out))
     server = await asyncio.start_server(  # kept referenced: it serves until SIGTERM
-        lambda r, w: serve(r, w, cfg["dscp"]), host=args.bind, port=cfg["port"], backlog=1024
+        lambda r, w: serve(r, w, cfg["dscp"], served),
+        host=args.bind,
+        port=cfg["port"],
+        backlog=1024,
     )
     client = node(args, cfg, start_node_exporter(registry, args.metrics))
     print(client.banner(), flush=True)

@@ -124,6 +124,14 @@ def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path
     high, low = _payload(s, "high"), _payload(s, "low")
     assert high + low > h["iterations"] * 2 * (1 - 1 / N) * 10_000_000 * N
     assert high / (high + low) == pytest.approx(25 / 221, rel=0.02), (high, low)
+    # the job's own sockets, read per class by the workers, sent what each class's uplink
+    # counters carried: every packet of a class leaves a host from one of its sockets (data
+    # and ACKs; a few ARP packets besides, in the default class, high)
+    t = h["tcp_by_class"]
+    assert set(t) == {"low", "high"} and t["high"]["sockets"] > 0, t
+    for cls in ("low", "high"):
+        wire = sum(x["classes"][cls]["packets"] for x in s["links"] if x["direction"] == "up")
+        assert t[cls]["segments_sent"] == pytest.approx(wire, rel=0.05), (cls, t, wire)
 
 
 def test_tail_puts_the_exposed_buffers_bytes_in_the_higher_class(tmp_path):

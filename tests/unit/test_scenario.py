@@ -469,3 +469,23 @@ def test_a_shared_limit_profile_survives_the_round_trip_a_dilated_run_takes():
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "thesis-exact.yaml")
     assert wall_scenario(s).tc_profile.shared_limit == 1000
+
+
+def test_an_override_names_a_list_item_by_its_name_or_its_index():
+    """A class's floor (its guaranteed share) is a knob a sweep sets like any other."""
+    from testbed.resolve import with_overrides
+
+    s = load_scenario_data(
+        {"name": "x", "topology": {"hosts": 2}, "tc_profile": "thesis-2band",
+         "workloads": {"linkcheck": {}}}, "s.yaml",
+    )  # fmt: skip
+    t = with_overrides(s, {"tc_profile.classes.low.guaranteed": 0.25})
+    assert (t.tc_profile.cls("low").guaranteed, t.tc_profile.cls("high").guaranteed) == (0.25, 0.01)
+    assert with_overrides(s, {"tc_profile.classes.0.limit": 50}).tc_profile.cls("high").limit == 50
+    with pytest.raises(ScenarioError, match=r"classes has no item 'middle' \(it has high, low\)"):
+        with_overrides(s, {"tc_profile.classes.middle.guaranteed": 0.2})
+    with pytest.raises(ScenarioError, match=r"tc_profile\.classes is a list: name an item's field"):
+        with_overrides(s, {"tc_profile.classes.low": 0.2})
+    # the profile still validates: floors adding up to more than the link are refused
+    with pytest.raises(ScenarioError, match="guaranteed shares add up to more than 1"):
+        with_overrides(s, {"tc_profile.classes.low.guaranteed": 0.995})

@@ -12,7 +12,9 @@ from typing import Any
 
 from testbed.metrics import describe
 from testbed.paths import link_seconds, path_rate
+from testbed.tcpstats import socket_section
 from testbed.workloads.controller import Controller
+from testbed.workloads.flows import served_counters
 from testbed.workloads.incast.node import FIELDS
 from testbed.workloads.incast.spec import queries_file
 from testbed.workloads.procs import count_rows, read_csvs
@@ -111,6 +113,10 @@ class Incast(Controller):
             "queries_over_link_rate": sum(1 for x in over if x > 1.0),
             "dscp": d.dscp,
             "class": d.tc_class,
+            # the responders' own sockets (flows.Served): the timeouts of incast collapse
+            "tcp_by_class": {
+                d.tc_class: socket_section(served_counters((p.out for p in self.procs), win))
+            },
         }
 
     def warnings(self, section: dict[str, Any]) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from testbed.fields import FieldProblem, Percent, Size
+from testbed.tcpstats import SOCKET_UNITS
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 
@@ -143,6 +144,8 @@ register(
             "max_query_rate_over_link": "1",
             "queries_over_link_rate": "1",
             "dscp": "1",
+            # the senders' own sockets (flows.Served), per class: tcpstats.SOCKET_UNITS
+            "tcp_by_class": {"*": SOCKET_UNITS},
         },
         resolve=resolve,
         dilate=dilate,

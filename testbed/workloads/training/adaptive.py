@@ -130,6 +130,9 @@ class Adaptive:
     def worker_config(self) -> dict[str, Any]:
         return {}  # the workers know nothing of it: their marks switch under them
 
+    def address_classes(self) -> dict[str, str]:
+        return {}  # the job's sockets are all in its own class
+
     def close(self) -> None:
         self._file.close()
 

@@ -42,9 +42,11 @@ from testbed.workloads.training.horovod_worker import (
     EndGuess,
     Pacer,
     Recorder,
+    SocketReads,
     Stamp,
     install_stop_signals,
     real_model,
+    sockets_file,
 )
 from testbed.workloads.training.models import buckets_for
 
@@ -221,12 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     groups = class_groups(cfg, dist, torch, store, args.rank, args.world)
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)
+    sockets = SocketReads(window.start, window.stop, sockets_file(args.out))
     if cfg["mode"] == "real":
         real(cfg, dist, torch, rec, deadline=window.end)
     else:
         synthetic(
             cfg, dist, torch, rec, deadline=window.end, groups=groups, pacer=Pacer(cfg, window.t0)
         )
+    sockets.finish()
     args.out.with_suffix(".done").touch()
     sys.stdout.flush()
     if metrics is not None:

@@ -34,13 +34,14 @@ from typing import Any
 from testbed.errors import EnvironmentProblem
 from testbed.metrics import describe
 from testbed.stopping import checkpoint
+from testbed.tcpstats import SWITCHED, socket_section, window_counters
 from testbed.topology import Host
 from testbed.workloads.controller import Context, Controller
 from testbed.workloads.marking import mark_group
 from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.registry import load
 from testbed.workloads.training.gpus import devices
-from testbed.workloads.training.horovod_worker import FIELDS
+from testbed.workloads.training.horovod_worker import FIELDS, sockets_file
 from testbed.workloads.training.policies import POLICIES
 from testbed.workloads.training.rendezvous import RendezvousStore
 from testbed.workloads.training.spec import HorovodWorkload, iterations_file
@@ -344,7 +345,33 @@ class HorovodJob(Controller):
             "mode": self.cfg.mode,
             **self._timeline([r for r in inside if int(r["rank"]) == 0]),
             **({"policy": self.policy.section(win.start, win.stop)} if self.policy else {}),
+            # the workers' own sockets (SocketReads): the class's retransmissions and
+            # timeouts, which a host's counters mix with the other classes'
+            "tcp_by_class": self._sockets(),
         }
+
+    def _sockets(self) -> dict[str, dict[str, Any]]:
+        """The workers' sockets on the data network over the measured window, summed per
+        class: the policy's class for a connection of its addresses, else the job's own
+        (SWITCHED when the policy changes it while the job runs). The management network's
+        (rendezvous, the store, scrapes) are left out."""
+        hosts = self.hosts()
+        data = {str(h.data_ip) for h in hosts}
+        to = self.policy.address_classes() if self.policy is not None else {}
+        own = SWITCHED if POLICIES[self.cfg.policy.kind].switchable else self.cfg.d.tc_class
+        by: dict[str, list[dict[str, int | None]]] = {c: [] for c in (own, *to.values())}
+        for h in hosts:
+            try:
+                reads = json.loads(sockets_file(self.records_of(h)).read_text())
+            except (OSError, ValueError):  # the worker died before writing them
+                continue
+            for key, c in window_counters(reads.get("start", {}), reads["stop"]).items():
+                local, peer = (_address(x) for x in key.split(">"))
+                if cls := to.get(local) or to.get(peer):
+                    by[cls].append(c)
+                elif local in data or peer in data:
+                    by[own].append(c)
+        return {c: socket_section(cs) for c, cs in by.items()}
 
     def _timeline(self, rank0: list[dict[str, Any]]) -> dict[str, Any]:
         """`timeline: true`: rank 0's measured iterations split into Horovod's operations
@@ -358,6 +385,11 @@ class HorovodJob(Controller):
         except (OSError, ValueError) as e:
             log.warning("%s: the Horovod timeline could not be read (%s)", self.name, e)
             return {}
+
+
+def _address(endpoint: str) -> str:
+    """ "10.0.0.1:4711" (or an IPv4-mapped IPv6 one) → "10.0.0.1"."""
+    return endpoint.rsplit(":", 1)[0].removeprefix("::ffff:")
 
 
 def _mean(xs: list[float]) -> float | None:

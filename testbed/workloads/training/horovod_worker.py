@@ -40,10 +40,16 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from testbed.tcpstats import own_sockets
 from testbed.window import wait_for_go
 
 FIELDS = ["worker", "rank", "iteration", "start", "end", "duration_s", "compute_s", "wait_s"]
 FINISH = threading.Event()  # set by SIGUSR1: start no new iteration
+
+
+def sockets_file(records: Path) -> Path:
+    """Where a worker writes its sockets' reads (SocketReads), beside its records."""
+    return records.with_suffix(".sockets.json")
 
 
 class Recorder:
@@ -95,6 +101,37 @@ class Stamp:
     def __init__(self) -> None:
         self.wall = time.time()
         self.mono = time.monotonic()
+
+
+class SocketReads:
+    """This worker's TCP sockets (tcpstats.own_sockets: the collective library's connections,
+    which the worker never sees) read at the measured window's start and stop, written to
+    `path` as JSON ({"start": ..., "stop": ...}) for the controller to count per class. A
+    thread waits for the edges; `finish` (called as the job ends) takes the stop read then if
+    the job ended before it, so a short job still writes its counters."""
+
+    def __init__(self, start: float, stop: float, path: Path) -> None:
+        self.edges, self.path = (start, stop), path
+        self.reads: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._run, name="socket-reads", daemon=True).start()
+
+    def _read(self, edge: str) -> None:
+        with self.lock:
+            if edge in self.reads:
+                return
+            self.reads[edge] = own_sockets()
+            if edge == "stop":
+                self.path.write_text(json.dumps(self.reads))
+
+    def _run(self) -> None:
+        for edge, at in zip(("start", "stop"), self.edges, strict=True):
+            time.sleep(max(0.0, at - time.time()))
+            self._read(edge)
+
+    def finish(self) -> None:
+        self._read("start")
+        self._read("stop")
 
 
 class EndGuess:
@@ -366,10 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)  # returns at the common t0
+    sockets = SocketReads(window.start, window.stop, sockets_file(args.out))
     if cfg["mode"] == "real":
         real(cfg, hvd, torch, rec, deadline=window.end)
     else:
         synthetic(cfg, hvd, torch, rec, deadline=window.end, pacer=Pacer(cfg, window.t0))
+    sockets.finish()
     args.out.with_suffix(".done").touch()
     if metrics is not None:
         while True:  # keep the exporter up for the final scrape (peers may be mid-iteration)

@@ -170,6 +170,9 @@ class Interleave:
             )
         return None
 
+    def address_classes(self) -> dict[str, str]:
+        return {}  # the job's sockets are all in its own class
+
     def close(self) -> None:
         pass
 

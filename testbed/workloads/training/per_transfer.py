@@ -54,6 +54,11 @@ class PerTransfer:
             "reductions exposed after backward (the job runs all in its own class)"
         )
 
+    def address_classes(self) -> dict[str, str]:
+        """The class of a job's socket whose own or peer address is one of these (a class
+        group's connections; the job's others are in its own class)."""
+        return dict.fromkeys(self.addresses, self.to)
+
     def close(self) -> None:
         pass
 

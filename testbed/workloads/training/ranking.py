@@ -46,6 +46,9 @@ class Ranked:
     def warning(self) -> str | None:
         return None
 
+    def address_classes(self) -> dict[str, str]:
+        return {}  # the job's sockets are all in its own class
+
     def close(self) -> None:
         pass
 

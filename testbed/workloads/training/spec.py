@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from testbed.addressing import with_class_addresses
 from testbed.fields import Duration, FieldProblem, Size
+from testbed.tcpstats import SOCKET_UNITS
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.training import models
@@ -456,6 +457,8 @@ SUMMARY = {
     "wait_s_mean": "s",
     "min_iteration_over_compute": "1",
     "dscp": "1",
+    # the workers' own sockets per class (tcpstats.SOCKET_UNITS)
+    "tcp_by_class": {"*": SOCKET_UNITS},
     # with `timeline: true` (horovod backend): rank 0's measured iterations, per iteration
     "timeline": {
         "iterations": "1",

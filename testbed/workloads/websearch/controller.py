@@ -12,7 +12,9 @@ from typing import Any
 from testbed.metrics import describe, size_class
 from testbed.paths import path_rate
 from testbed.scenario import Scenario
+from testbed.tcpstats import SWITCHED, socket_section
 from testbed.workloads.controller import Controller
+from testbed.workloads.flows import served_counters
 from testbed.workloads.marking import demote_after
 from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.websearch import flowsizes
@@ -160,6 +162,13 @@ class Websearch(Controller):
             "flows_over_link_rate": sum(1 for x in over if x > 1.0),
             "dscp": d.dscp,
             "class": d.tc_class,
+            # the senders' own sockets (flows.Served): the class's retransmissions and
+            # timeouts, which a host's counters mix with the other classes'
+            "tcp_by_class": {
+                SWITCHED if self.cfg.demote is not None else d.tc_class: socket_section(
+                    served_counters((p.out for p in self.procs), self.window)
+                )
+            },
         }
 
     def warnings(self, section: dict[str, Any]) -> list[str]:

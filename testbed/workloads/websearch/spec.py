@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from testbed.fields import STRICT, FieldProblem, Percent, Size
+from testbed.tcpstats import SOCKET_UNITS
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.websearch import flowsizes
@@ -205,6 +206,8 @@ register(
             "max_flow_rate_over_link": "1",
             "flows_over_link_rate": "1",
             "dscp": "1",
+            # the senders' own sockets (flows.Served), per class: tcpstats.SOCKET_UNITS
+            "tcp_by_class": {"*": SOCKET_UNITS},
         },
         resolve=resolve,
         dilate=dilate,
