@@ -388,7 +388,7 @@ class HorovodJob(Controller):
 
 
 def _address(endpoint: str) -> str:
-    """ "10.0.0.1:4711" (or an IPv4-mapped IPv6 one) → "10.0.0.1"."""
+    """An endpoint's address: 10.0.0.1:4711, or ::ffff:10.0.0.1:4711 (IPv4-mapped), → 10.0.0.1."""
     return endpoint.rsplit(":", 1)[0].removeprefix("::ffff:")
 
 
