@@ -81,10 +81,13 @@ async def serve(
     dscp: int,
     served: Served | None = None,
 ) -> None:
-    """Answer one connection: read the size asked for, send that many bytes, wait for the
-    client to close (it does once it has every byte: none of this connection's
-    retransmissions is left to come), record the socket's counters, close. The client's
-    flow time ends when its last byte arrives, so waiting here does not lengthen it."""
+    """Answer one connection: read the size asked for, send that many bytes and the end of
+    the stream, wait for the client to close (it does once it has every byte: none of this
+    connection's retransmissions is left to come), record the socket's counters, close. The
+    client's flow time ends when its last byte arrives, so waiting here does not lengthen
+    it; the server still ends its stream first, as when it closed at once, so the closed
+    connections' TIME_WAIT stays on the server's side (one listening port) and a client
+    opening many connections a second does not run out of its own ports."""
     accepted = time.time()
     sock = writer.get_extra_info("socket")
     if sock is not None:
@@ -99,8 +102,9 @@ async def serve(
             writer.write(payload[:n])
             left -= n
             await writer.drain()
+        writer.write_eof()  # once the bytes still buffered are written
         sent_all = True
-        await reader.read()  # the client's FIN (or a reset)
+        await reader.read()  # the client's end of the stream (or a reset)
     except (asyncio.IncompleteReadError, ConnectionError, OSError):
         pass
     finally:
