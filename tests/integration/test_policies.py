@@ -124,14 +124,19 @@ def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path
     high, low = _payload(s, "high"), _payload(s, "low")
     assert high + low > h["iterations"] * 2 * (1 - 1 / N) * 10_000_000 * N
     assert high / (high + low) == pytest.approx(25 / 221, rel=0.02), (high, low)
-    # the job's own sockets, read per class by the workers, sent what each class's uplink
-    # counters carried: every packet of a class leaves a host from one of its sockets (data
-    # and ACKs; a few ARP packets besides, in the default class, high)
+    # the job's own sockets, read per class by the workers over the window, split their
+    # packets between the classes as the uplinks' class counters did over the run: every
+    # packet of a class leaves a host from one of its sockets (data and ACKs; a few ARP
+    # packets besides, in the default class, high). Measured: 0.157 of the packets high by
+    # the sockets, 0.159 by the wire (2026-11-28)
     t = h["tcp_by_class"]
     assert set(t) == {"low", "high"} and t["high"]["sockets"] > 0, t
-    for cls in ("low", "high"):
-        wire = sum(x["classes"][cls]["packets"] for x in s["links"] if x["direction"] == "up")
-        assert t[cls]["segments_sent"] == pytest.approx(wire, rel=0.05), (cls, t, wire)
+    wire = {c: sum(x["classes"][c]["packets"] for x in s["links"] if x["direction"] == "up")
+            for c in ("low", "high")}  # fmt: skip
+    by_sockets = t["high"]["segments_sent"] / (
+        t["high"]["segments_sent"] + t["low"]["segments_sent"]
+    )
+    assert by_sockets == pytest.approx(wire["high"] / sum(wire.values()), rel=0.05), (t, wire)
 
 
 def test_tail_puts_the_exposed_buffers_bytes_in_the_higher_class(tmp_path):

@@ -47,8 +47,6 @@ def test_a_lossy_low_class_shows_in_its_own_sockets_and_not_in_the_high_ones(tmp
     # nothing of high's was dropped: what it retransmitted can only be a tail-loss probe or a
     # timeout that fired early (a stalled CPU), and far less of it than the lossy class
     assert high["retransmitted_segments"] <= host["loss_probes"] + host["timeouts"], (high, host)
-    ratio = {
-        k: v["retransmitted_segments"] / v["segments_sent"] for k, v in job.items() | web.items()
-    }
+    ratio = {k: v["retransmitted_segments"] / v["segments_sent"] for k, v in {**job, **web}.items()}
     assert ratio["high"] < 0.1 * ratio["low"], ratio
     assert low["timeout_time_s"] is not None and low["timeout_time_s"] >= 0.0  # Linux >= 6.7
