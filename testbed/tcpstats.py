@@ -81,6 +81,7 @@ SOCKET_FIELDS = (
     (240, "H", "timeouts"),  # tcpi_total_rto (Linux 6.7): retransmission timeouts that fired
     (244, "I", "timeout_ms"),  # tcpi_total_rto_time: ms spent recovering from them
 )
+SOCKET_NAMES = tuple(name for _, _, name in SOCKET_FIELDS)
 # the key of a workload's sockets whose class changes while they live (a demoted flow, a
 # job whose policy switches its class): their counters cannot be split between the classes
 SWITCHED = "switched"
@@ -142,22 +143,16 @@ def window_counters(
     return out
 
 
-def add_counters(into: dict[str, int | None], more: dict[str, int | None]) -> dict[str, int | None]:
-    """`into` plus `more`, field by field; None (not on this kernel) stays None."""
-    for k, v in more.items():
-        have = into.get(k, 0)
-        into[k] = None if v is None or have is None else have + v
-    return into
-
-
 def socket_section(counters: Iterable[dict[str, int | None]]) -> dict[str, float | int | None]:
     """A workload's sockets in its summary (SOCKET_UNITS): their counters summed (None: not
     on this kernel); the time spent recovering from timeouts in the machine's seconds, like
     every duration a summary section holds before a dilated run's are scaled."""
-    total: dict[str, int | None] = {name: 0 for _, _, name in SOCKET_FIELDS}
+    total: dict[str, int | None] = dict.fromkeys(SOCKET_NAMES, 0)
     n = 0
     for c in counters:
-        add_counters(total, c)
+        for k, v in c.items():
+            have = total[k]
+            total[k] = None if v is None or have is None else have + v
         n += 1
     ms = total.pop("timeout_ms")
     return {"sockets": n, **total, "timeout_time_s": None if ms is None else ms / 1e3}

@@ -55,7 +55,7 @@ class Served:
 
     FIELDS: ClassVar[list[str]] = [
         "accepted", "client", "client_port", "size_bytes", "sent_all",
-        *(name for _, _, name in tcpstats.SOCKET_FIELDS),
+        *tcpstats.SOCKET_NAMES,
     ]  # fmt: skip
 
     def __init__(self, path: Path) -> None:
@@ -68,7 +68,7 @@ class Served:
         try:
             counters = tcpstats.read_socket(sock)
         except OSError:
-            counters = dict.fromkeys(name for _, _, name in tcpstats.SOCKET_FIELDS)
+            counters = dict.fromkeys(tcpstats.SOCKET_NAMES)
         client, port = (peer[0], peer[1]) if peer else ("", "")
         self.csv.writerow([f"{accepted:.6f}", client, port, size, sent_all,
                            *("" if v is None else v for v in counters.values())])  # fmt: skip
@@ -121,7 +121,6 @@ def served_file(out: Path) -> Path:
 def served_counters(outs: Iterable[Path], window: Window) -> list[dict[str, int | None]]:
     """The sending sockets' counters (Served) of the connections the nodes writing `outs`
     accepted inside the measured window; a node without the file (it died first) adds none."""
-    names = [name for _, _, name in tcpstats.SOCKET_FIELDS]
     out = []
     for path in outs:
         try:
@@ -131,7 +130,7 @@ def served_counters(outs: Iterable[Path], window: Window) -> list[dict[str, int 
             continue
         for r in rows:
             if window.contains(float(r["accepted"])):
-                out.append({k: int(r[k]) if r[k] else None for k in names})
+                out.append({k: int(r[k]) if r[k] else None for k in tcpstats.SOCKET_NAMES})
     return out
 
 
