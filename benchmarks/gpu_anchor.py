@@ -8,6 +8,12 @@ Run: `python3 benchmarks/gpu_anchor.py [--quick]` on a machine with an NVIDIA GP
 line per variant: bus rate in Gbit/s (ring all-reduce: each rank sends 2 (n − 1) / n of the
 tensor). Without a CUDA device it says so and exits 0. --quick: a 10 MB tensor, 2 all-reduces,
 to check in seconds that it runs; its figures mean little.
+
+One rank of it, in a process of its own (benchmarks/nccl_link.py starts one in each of two
+namespaces, so the same all-reduce crosses a veth pair or a shaped link):
+`python3 benchmarks/gpu_anchor.py --rank R --world 2 --master ADDR --ifname eth0 [--env K=V]`;
+rank 0 prints the JSON line. `--backend gloo` runs it on CPU tensors (a check of the plumbing
+on a machine without a GPU; not NCCL's figure).
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,27 +35,60 @@ REPEAT = 8
 
 
 def worker(
-    rank: int, n: int, port: int, extra: dict[str, str], out: mp.Queue, size: int, repeat: int
+    rank: int,
+    n: int,
+    port: int,
+    extra: dict[str, str],
+    out: Any,
+    size: int,
+    repeat: int,
+    master: str = "127.0.0.1",
+    ifname: str = "=lo",
+    backend: str = "nccl",
 ) -> None:
     os.environ.update({
-        "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "=lo", "NCCL_IB_DISABLE": "1",
+        "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": ifname, "NCCL_IB_DISABLE": "1",
         "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_HOSTID": f"anchor-{rank}",
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **extra,
+        "GLOO_SOCKET_IFNAME": ifname.lstrip("="),
+        "MASTER_ADDR": master, "MASTER_PORT": str(port), **extra,
     })  # fmt: skip
-    gpu = rank % torch.cuda.device_count()
-    torch.cuda.set_device(gpu)
-    dist.init_process_group("nccl", rank=rank, world_size=n, device_id=torch.device("cuda", gpu))
-    x = torch.ones(size // 4, device="cuda")
+    if backend == "nccl":
+        gpu = rank % torch.cuda.device_count()
+        torch.cuda.set_device(gpu)
+        device = torch.device("cuda", gpu)
+        dist.init_process_group("nccl", rank=rank, world_size=n, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(backend, rank=rank, world_size=n)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    x = torch.ones(size // 4, device=device)
     dist.all_reduce(x)  # connects
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for _ in range(repeat):
         dist.all_reduce(x)
-    torch.cuda.synchronize()
+    sync()
     dt = (time.perf_counter() - t0) / repeat
     if rank == 0:
         out.put(dt)
     dist.destroy_process_group()
+
+
+def line(variant: str, n: int, size: int, dt: float) -> str:
+    gbit = 2 * (n - 1) / n * size * 8 / dt / 1e9
+    return json.dumps({"variant": variant, "ranks": n, "size": size, "all_reduce_s": round(dt, 4),
+                       "bus_gbit_s": round(gbit, 3)})  # fmt: skip
+
+
+def one_rank(args: argparse.Namespace, size: int, repeat: int) -> int:
+    """This process is one rank; rank 0 prints the JSON line."""
+    extra = dict(kv.split("=", 1) for kv in args.env)
+    got: queue.SimpleQueue[float] = queue.SimpleQueue()
+    worker(args.rank, args.world, args.port, extra, got, size, repeat, args.master,
+           args.ifname, args.backend)  # fmt: skip
+    if args.rank == 0:
+        print(line(" ".join(args.env) or "default sockets", args.world, size, got.get()), flush=True)
+    return 0
 
 
 def measure(n: int, port: int, extra: dict[str, str], size: int, repeat: int) -> float:
@@ -69,8 +110,23 @@ def main() -> int:
         action="store_true",
         help="a 10 MB tensor, 2 all-reduces: checks in seconds that it runs",
     )
+    ap.add_argument("--rank", type=int, help="be this one rank (with --world, --master)")
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--master", default="127.0.0.1", help="rank 0's address")
+    ap.add_argument("--ifname", default="=lo", help="NCCL_SOCKET_IFNAME")
+    ap.add_argument("--port", type=int, default=29500)
+    ap.add_argument("--env", action="append", default=[], metavar="K=V", help="NCCL settings")
+    ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    ap.add_argument("--size", type=int, help="bytes per all-reduce (default 100 MB)")
+    ap.add_argument("--repeat", type=int, help=f"all-reduces timed (default {REPEAT})")
     args = ap.parse_args()
     size, repeat = (10_000_000, 2) if args.quick else (SIZE, REPEAT)
+    size, repeat = args.size or size, args.repeat or repeat
+    if args.rank is not None:
+        if args.backend == "nccl" and not torch.cuda.is_available():
+            print("benchmarks/gpu_anchor.py: no CUDA device for an NCCL rank", file=sys.stderr)
+            return 1
+        return one_rank(args, size, repeat)
     if not torch.cuda.is_available():
         print("benchmarks/gpu_anchor.py: no CUDA device; nothing measured")
         return 0
@@ -80,9 +136,7 @@ def main() -> int:
     ]):  # fmt: skip
         n = 2
         dt = measure(n, 29500 + i, extra, size, repeat)
-        gbit = 2 * (n - 1) / n * size * 8 / dt / 1e9
-        print(json.dumps({"variant": name, "ranks": n, "gpus": torch.cuda.device_count(),
-                          "all_reduce_s": round(dt, 4), "bus_gbit_s": round(gbit, 2)}))  # fmt: skip
+        print(line(name, n, size, dt))
     return 0
 
 

@@ -8,8 +8,9 @@
 #   then, with the device tool (timeout_s 590; about 7 minutes, the machine's start on top):
 #     run  command: bash scripts/gpu-device.sh check all      carry: [".gpu-carry"]
 #   `check ddp`, `check horovod` (with the anchor beside its build), `check anchor`,
-#   `check extras` and `check links` (benchmarks/linkrate.py and NCCL through each link_mode)
-#   run one part each.
+#   `check extras`, `check links` (benchmarks/linkrate.py and NCCL through each link_mode) and
+#   `check nccl-link` (benchmarks/nccl_link.py: NCCL's ranks alone through each path) run one
+#   part each.
 #
 # The device image (/work/.library/device/KINDS.md): python3 is 3.12 with torch 2.11+cu130,
 # NCCL (nvidia-nccl-cu13), torchvision, cmake, nvcc 13.0 and pytest; no Docker, no Prometheus,
@@ -235,6 +236,19 @@ check_nccl() {
   done
 }
 
+check_nccl_link() {
+  # issue 33: the anchor's two NCCL ranks and nothing else (no training job) over loopback, a
+  # bare veth pair and testbed's shaped links; then one flow and eight per link mode
+  echo "== benchmarks/nccl_link.py"
+  step 60 python3 benchmarks/nccl_link.py | tee "$OUT/nccl-link.txt"
+  tail -n1 "$OUT/nccl-link.txt" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert "fast 10 default" in d' \
+    || { echo "gpu-device.sh: benchmarks/nccl_link.py printed no figures" >&2; return 1; }
+  echo "== benchmarks/linkrate.py at 10 Gbit/s"
+  step 60 python3 benchmarks/linkrate.py --rates 10 --rounds 1 --seconds 4 --no-checks \
+    | tee "$OUT/linkrate.txt"
+  cat /run/testbed/.link-budget 2>/dev/null | tee "$OUT/link-budget.json"
+}
+
 check_anchor() {
   echo "== benchmarks/gpu_anchor.py: NCCL over loopback, no testbed"
   step 30 python3 benchmarks/gpu_anchor.py | tee "$OUT/gpu-anchor.txt"
@@ -312,13 +326,14 @@ case "${1:-}" in
         extras) check_extras || rc=$? ;;
         links) check_links || rc=$? ;;
         nccl) check_nccl || rc=$? ;;
+        nccl-link) check_nccl_link || rc=$? ;;
         all) check_all || rc=$? ;;
-        *) die "check what? ddp, horovod, anchor, extras, links, nccl or all" ;;
+        *) die "check what? ddp, horovod, anchor, extras, links, nccl, nccl-link or all" ;;
       esac
       echo "== check $what: rc $rc, ${SECONDS}s"
       exit $rc
     } 2>&1 | tee "$OUT/check-$what.log"
     exit "${PIPESTATUS[0]}"
     ;;
-  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

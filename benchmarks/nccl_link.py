@@ -1,0 +1,125 @@
+"""NCCL's bulk all-reduce through testbed's shaped links, beside the same all-reduce over
+loopback and over a bare veth pair, in one run (issue 33).
+
+benchmarks/gpu.py reads NCCL through a link inside a training job: on an H100 its bulk job
+filled 0.69 of a fast 10 Gbit/s link, and about 45 ms of each iteration was not the network
+(DDP's buckets, launches, the optimizer; docs/results/gpu.md). Here the ranks are
+benchmarks/gpu_anchor.py's and nothing else: two processes, 100 MB all-reduced back to back
+with the NCCL settings testbed gives its jobs (socket transport, P2P and SHM off), each rank
+in a namespace of its own, started through `testbed exec` as a user would. With two ranks each
+sends the whole tensor per all-reduce, so a rank's rate is what one direction of its link
+carried: above the cap it would break physics, and TCP's payload ceiling at MTU 1500 is
+1448/1514 = 0.956 of it.
+
+  loopback            no namespaces: the most NCCL's socket transport moves here
+  bare off / bare on  two namespaces joined by one veth pair, offloads off (as exact mode
+                      turns them off) and on
+  fast|exact RATE     `testbed up --hold` of 2 hosts on one switch, fifo, MTU 1500; the ratio
+                      is the rank's rate over the link's cap
+
+Run as root on a machine with an NVIDIA GPU: `python3 benchmarks/nccl_link.py [--quick]`; one
+JSON line per measurement, then one with every figure. `--backend gloo` runs the same plumbing
+on CPU tensors (a check on a machine without a GPU; its figures are Gloo's, not NCCL's; no
+bare pairs: Gloo does not bind to their interface, named `v`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from linkrate import TESTBED, bare_pairs, held_run, in_ns
+
+ANCHOR = str(Path(__file__).with_name("gpu_anchor.py"))
+PORTS = itertools.count(29600)
+VARIANTS = {  # NCCL settings tried through a fast 10 Gbit/s link (its defaults first)
+    "default": [],
+    "buffsize 16 MiB": ["NCCL_BUFFSIZE=16777216"],
+    "2 threads x 2 sockets": ["NCCL_SOCKET_NTHREADS=2", "NCCL_NSOCKS_PERTHREAD=2"],
+}
+
+
+def pair(
+    launch: list[list[str]], master: str, ifname: str, env: list[str], args: argparse.Namespace
+) -> float | None:
+    """Rank 0 with launch[0]'s prefix, rank 1 with launch[1]'s; the Gbit/s rank 0 moved."""
+    port = str(next(PORTS))
+    common = ["--world", "2", "--master", master, "--ifname", ifname, "--port", port,
+              "--backend", args.backend, "--size", str(args.size), "--repeat", str(args.repeat)]
+    common += [x for kv in env for x in ("--env", kv)]  # fmt: skip
+    procs = [
+        subprocess.Popen([*prefix, sys.executable, ANCHOR, "--rank", str(r), *common],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r, prefix in enumerate(launch)
+    ]  # fmt: skip
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=args.timeout))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            print(f"nccl_link: ranks did not finish in {args.timeout} s", file=sys.stderr)
+            return None
+    if any(p.returncode for p in procs):
+        for r, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
+            print(f"nccl_link: rank {r} exited {p.returncode}: {err[-1500:]}", file=sys.stderr)
+        return None
+    return float(json.loads(outs[0][0].strip().splitlines()[-1])["bus_gbit_s"])
+
+
+@contextlib.contextmanager
+def in_testbed(rate: float, mode: str) -> Iterator[list[list[str]]]:
+    with held_run(2, rate, mode) as rid:
+        yield [[*TESTBED, "exec", "--run", rid, h, "--"] for h in ("h1", "h2")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="10 MB, 2 all-reduces, fewer cases")
+    ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    ap.add_argument("--rates", default="10,25", help="fast-mode link rates in Gbit/s")
+    ap.add_argument("--timeout", type=float, default=180, help="seconds a pair of ranks may take")
+    args = ap.parse_args()
+    args.size, args.repeat = (10_000_000, 2) if args.quick else (100_000_000, 16)
+    if args.backend == "nccl" and not Path("/proc/driver/nvidia/gpus").exists():
+        print("benchmarks/nccl_link.py: no NVIDIA GPU here (--backend gloo checks the plumbing)")
+        return 0
+    rates = [float(x) for x in args.rates.split(",")]
+    fig: dict[str, Any] = {}
+
+    def take(key: str, gbit: float | None, cap: float | None = None) -> None:
+        rec: dict[str, Any] = {"case": key, "gbit": gbit}
+        if gbit is not None and cap:
+            rec["ratio"] = round(gbit / cap, 3)
+            if gbit > cap * 1.001:
+                rec["physics"] = f"{gbit} Gbit/s through a {cap:g} Gbit/s link"
+        fig[key] = rec.get("ratio", gbit)
+        print(json.dumps(rec), flush=True)
+
+    lo = "=lo" if args.backend == "nccl" else "lo"
+    take("loopback", pair([[], []], "127.0.0.1", lo, [], args))
+    for offloads in (False, True) if args.backend == "nccl" else ():  # Gloo ignores "v"
+        with bare_pairs(1, offloads) as [(a, b, addr)]:
+            key = f"bare {'on' if offloads else 'off'}"
+            take(key, pair([in_ns(b), in_ns(a)], addr, "v", [], args))
+    for i, rate in enumerate(rates):
+        with in_testbed(rate, "fast") as launch:
+            for name, env in VARIANTS.items() if i == 0 and not args.quick else [("default", [])]:
+                take(f"fast {rate:g} {name}", pair(launch, "h1", "eth0", env, args), rate)
+    with in_testbed(rates[0], "exact") as launch:
+        take(f"exact {rates[0]:g} default", pair(launch, "h1", "eth0", [], args), rates[0])
+    print(json.dumps({"backend": args.backend, "size": args.size, **fig}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
