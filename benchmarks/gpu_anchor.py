@@ -87,7 +87,9 @@ def one_rank(args: argparse.Namespace, size: int, repeat: int) -> int:
     worker(args.rank, args.world, args.port, extra, got, size, repeat, args.master,
            args.ifname, args.backend)  # fmt: skip
     if args.rank == 0:
-        print(line(" ".join(args.env) or "default sockets", args.world, size, got.get()), flush=True)
+        print(
+            line(" ".join(args.env) or "default sockets", args.world, size, got.get()), flush=True
+        )
     return 0
 
 

@@ -53,8 +53,8 @@ def pair(
     """Rank 0 with launch[0]'s prefix, rank 1 with launch[1]'s; the Gbit/s rank 0 moved."""
     port = str(next(PORTS))
     common = ["--world", "2", "--master", master, "--ifname", ifname, "--port", port,
-              "--backend", args.backend, "--size", str(args.size), "--repeat", str(args.repeat)]
-    common += [x for kv in env for x in ("--env", kv)]  # fmt: skip
+              "--backend", args.backend, "--size", str(args.size), "--repeat", str(args.repeat)]  # fmt: skip
+    common += [x for kv in env for x in ("--env", kv)]
     procs = [
         subprocess.Popen([*prefix, sys.executable, ANCHOR, "--rank", str(r), *common],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
