@@ -19,6 +19,10 @@ segmentation offloads off (what exact mode's hosts have) and on (what fast mode 
                      incast, 1000-frame FIFO): drops, and the most frames it held over its
                      limit (a drop-tail queue that fills: near 1.0); the thesis' shared-limit
                      port (issue 31) is measured, not built: `queues` of the same run
+  both_ways          with --both-ways, per link_mode and rate: one flow h1 → h2 and one h2 → h1
+                     at once (each direction carries one flow's data and the other's ACKs,
+                     as under NCCL's ring of two ranks): goodput per direction, over the cap
+                     and over the one-way flow of the same round
   isolation          per link_mode, at 10 Gbit/s: short high-class transfers (10 KB every
                      20 ms, thesis-2band) with a backlogged low-class flow in each direction,
                      median completion time over the same without the low flows (a 64 KB
@@ -189,8 +193,9 @@ def phase(run_id: str) -> str:
         return ""
 
 
-def shaped(hosts: int, rate_gbit: float, mode: str, seconds: float) -> float:
-    """One flow h1 → h2 (hosts = 2), or a ring of `hosts` flows, through `testbed exec`."""
+def shaped(hosts: int, rate_gbit: float, mode: str, seconds: float, both: bool = False) -> float:
+    """One flow h1 → h2 (hosts = 2; `both`: and one h2 → h1 at once), or a ring of `hosts`
+    flows, through `testbed exec`."""
     with held_run(hosts, rate_gbit, mode) as rid:
         names = [f"h{i + 1}" for i in range(hosts)]
         for h in names:
@@ -201,6 +206,8 @@ def shaped(hosts: int, rate_gbit: float, mode: str, seconds: float) -> float:
             if hosts == 2
             else list(zip(names, names[1:] + names[:1], strict=True))
         )
+        if both:  # as a ring all-reduce of two ranks loads a link: data and ACKs each way
+            targets.append((names[1], names[0]))
         clients = [[*TESTBED, "exec", "--run", rid, src, "--", "iperf3", "-c", dst, "-p", str(PORT)]
                    for src, dst in targets]  # fmt: skip
         return iperf_clients(clients, seconds)
@@ -250,6 +257,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-checks", action="store_true", help="no queue or isolation runs")
+    ap.add_argument(
+        "--both-ways", action="store_true", help="also one flow each way at once (2 hosts)"
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("linkrate.py: run as root (it builds namespaces)", file=sys.stderr)
@@ -270,6 +280,8 @@ def main() -> int:
             for rate in rates:
                 for mode in MODES:
                     take(f"{mode}_{rate:g}_{n}", shaped(2 if n == 1 else n, rate, mode, secs))
+                    if n == 1 and args.both_ways:  # per direction
+                        take(f"{mode}_{rate:g}_both", shaped(2, rate, mode, secs, True) / 2)
     med = {k: round(statistics.median(v), 3) for k, v in samples.items()}
     result: dict[str, Any] = {"rounds": rounds, "seconds": secs, "cores": os.cpu_count(),
                               "bare_off": {}, "bare_on": {}}  # fmt: skip
@@ -285,6 +297,14 @@ def main() -> int:
                     "over_bare_off": round(g / med[f"bare_off_{n}"], 3),
                     "over_bare_on": round(g / med[f"bare_on_{n}"], 3),
                 }
+    for rate in rates if args.both_ways else ():
+        for mode in MODES:
+            g = med[f"{mode}_{rate:g}_both"]
+            result[mode][f"{rate:g}gbit"]["both_ways"] = {
+                "goodput_gbit": g,  # per direction
+                "over_cap": round(g / rate, 3),
+                "over_one_way": round(g / med[f"{mode}_{rate:g}_1"], 3),
+            }
     if not (args.quick or args.no_checks):
         for mode in MODES:
             result.setdefault(mode, {})["queue"] = queue_check(mode)

@@ -139,6 +139,19 @@ def test_gpu_anchor(tmp_path):
         assert out.strip() == "benchmarks/gpu_anchor.py: no CUDA device; nothing measured"
 
 
+def test_nccl_link(tmp_path):
+    """NCCL's ranks alone through each path (issue 33): without a GPU, the same plumbing with
+    Gloo (rank processes through `testbed exec` in held runs of each link mode): every case
+    measured, and no rank faster than its link."""
+    need("torch", "torch is installed by install.sh")
+    need_binary("nsenter", "apt-get install util-linux")
+    out = quick("nccl_link", tmp_path, "--backend", "gloo", "--rates", "1")
+    doc = last_json(out, "loopback", "fast 1 default", "exact 1 default")
+    assert doc["backend"] == "gloo" and doc["loopback"] > 0
+    for case in ("fast 1 default", "exact 1 default"):
+        assert 0 < doc[case] <= 1.0, (case, doc)
+
+
 def test_schedules(tmp_path):
     """The job alone under each transfer schedule against the event model (issue 31)."""
     doc = last_json(quick("schedules", tmp_path), "errors", "max_error", "iterations")
