@@ -16,6 +16,11 @@ carried: above the cap it would break physics, and TCP's payload ceiling at MTU 
                       turns them off) and on
   fast|exact RATE     `testbed up --hold` of 2 hosts on one switch, fifo, MTU 1500; the ratio
                       is the rank's rate over the link's cap
+  segs N              with `--segments 43,16,8`: fast mode at the first rate with the hosts'
+                      eth0 taking at most N TCP segments a packet (43 is what fast mode
+                      sets at 10 Gbit/s): NCCL, and iperf3 one way and both ways at once
+                      (goodput per direction over the cap), to see what the size of fast
+                      mode's packets costs a link loaded in both directions
 
 Run as root on a machine with an NVIDIA GPU: `python3 benchmarks/nccl_link.py [--quick]`; one
 JSON line per measurement, then one with every figure. `--backend gloo` runs the same plumbing
@@ -36,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from linkrate import TESTBED, bare_pairs, held_run, in_ns
+from linkrate import PORT, TESTBED, bare_pairs, held_run, in_ns, iperf_clients, sh
 
 ANCHOR = str(Path(__file__).with_name("gpu_anchor.py"))
 PORTS = itertools.count(29600)
@@ -76,6 +81,27 @@ def pair(
     return float(json.loads(outs[0][0].strip().splitlines()[-1])["bus_gbit_s"])
 
 
+SET_SEGMENTS = (  # run inside a host: its eth0's gso_max_segs (pyroute2: no `ip` needed)
+    "import sys; from pyroute2 import IPRoute; r = IPRoute(); "
+    "r.link('set', index=r.link_lookup(ifname='eth0')[0], gso_max_segs=int(sys.argv[1]))"
+)
+
+
+def segments_ablation(
+    launch: list[list[str]], rate: float, args: argparse.Namespace, take: Any
+) -> None:
+    for prefix in launch:
+        sh(*prefix, "iperf3", "-s", "-D", "-p", str(PORT))
+    for n in [int(x) for x in args.segments.split(",")]:
+        for prefix in launch:
+            sh(*prefix, sys.executable, "-c", SET_SEGMENTS, str(n))
+        one = [[*launch[0], "iperf3", "-c", "h2", "-p", str(PORT)]]
+        both = [*one, [*launch[1], "iperf3", "-c", "h1", "-p", str(PORT)]]
+        for name, clients in (("one way", one), ("both ways", both)):  # per direction
+            take(f"iperf3 {name} segs {n}", iperf_clients(clients, 4.0) / len(clients), rate)
+        take(f"fast {rate:g} segs {n}", pair(launch, "h1", "eth0", [], args), rate)
+
+
 @contextlib.contextmanager
 def in_testbed(rate: float, mode: str) -> Iterator[list[list[str]]]:
     with held_run(2, rate, mode) as rid:
@@ -87,6 +113,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="10 MB, 2 all-reduces, fewer cases")
     ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
     ap.add_argument("--rates", default="10,25", help="fast-mode link rates in Gbit/s")
+    ap.add_argument("--segments", help="e.g. 43,16,8: the packet-size ablation (fast mode)")
     ap.add_argument("--timeout", type=float, default=180, help="seconds a pair of ranks may take")
     args = ap.parse_args()
     args.size, args.repeat = (10_000_000, 2) if args.quick else (100_000_000, 16)
@@ -115,6 +142,8 @@ def main() -> int:
         with in_testbed(rate, "fast") as launch:
             for name, env in VARIANTS.items() if i == 0 and not args.quick else [("default", [])]:
                 take(f"fast {rate:g} {name}", pair(launch, "h1", "eth0", env, args), rate)
+            if i == 0 and args.segments:
+                segments_ablation(launch, rate, args, take)
     with in_testbed(rates[0], "exact") as launch:
         take(f"exact {rates[0]:g} default", pair(launch, "h1", "eth0", [], args), rates[0])
     print(json.dumps({"backend": args.backend, "size": args.size, **fig}))
