@@ -114,6 +114,9 @@ def main() -> int:
     ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
     ap.add_argument("--rates", default="10,25", help="fast-mode link rates in Gbit/s")
     ap.add_argument("--segments", help="e.g. 43,16,8: the packet-size ablation (fast mode)")
+    ap.add_argument(
+        "--ablation-only", action="store_true", help="with --segments: nothing but the ablation"
+    )
     ap.add_argument("--timeout", type=float, default=180, help="seconds a pair of ranks may take")
     args = ap.parse_args()
     args.size, args.repeat = (10_000_000, 2) if args.quick else (100_000_000, 16)
@@ -132,20 +135,24 @@ def main() -> int:
         fig[key] = rec.get("ratio", gbit)
         print(json.dumps(rec), flush=True)
 
+    only = args.ablation_only and args.segments
     lo = "=lo" if args.backend == "nccl" else "lo"
-    take("loopback", pair([[], []], "127.0.0.1", lo, [], args))
-    for offloads in (False, True) if args.backend == "nccl" else ():  # Gloo ignores "v"
+    if not only:
+        take("loopback", pair([[], []], "127.0.0.1", lo, [], args))
+    for offloads in (False, True) if args.backend == "nccl" and not only else ():  # Gloo: no "v"
         with bare_pairs(1, offloads) as [(a, b, addr)]:
             key = f"bare {'on' if offloads else 'off'}"
             take(key, pair([in_ns(b), in_ns(a)], addr, "v", [], args))
     for i, rate in enumerate(rates):
         with in_testbed(rate, "fast") as launch:
-            for name, env in VARIANTS.items() if i == 0 and not args.quick else [("default", [])]:
+            variants = VARIANTS.items() if i == 0 and not args.quick else [("default", [])]
+            for name, env in [] if only else variants:
                 take(f"fast {rate:g} {name}", pair(launch, "h1", "eth0", env, args), rate)
             if i == 0 and args.segments:
                 segments_ablation(launch, rate, args, take)
-    with in_testbed(rates[0], "exact") as launch:
-        take(f"exact {rates[0]:g} default", pair(launch, "h1", "eth0", [], args), rates[0])
+    with in_testbed(rates[0], "exact") if not only else contextlib.nullcontext() as launch:
+        if launch:
+            take(f"exact {rates[0]:g} default", pair(launch, "h1", "eth0", [], args), rates[0])
     print(json.dumps({"backend": args.backend, "size": args.size, **fig}))
     return 0
 
