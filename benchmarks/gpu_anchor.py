@@ -64,10 +64,12 @@ def worker(
     x = torch.ones(size // 4, device=device)
     dist.all_reduce(x)  # connects
     sync()
+    dist.barrier()  # both ranks start the clock together
     t0 = time.perf_counter()
     for _ in range(repeat):
         dist.all_reduce(x)
     sync()
+    dist.barrier()  # this rank's last bytes have arrived too, not only the other's
     dt = (time.perf_counter() - t0) / repeat
     if rank == 0:
         out.put(dt)

@@ -22,7 +22,7 @@ segmentation offloads off (what exact mode's hosts have) and on (what fast mode 
   both_ways          with --both-ways, per link_mode and rate: one flow h1 → h2 and one h2 → h1
                      at once (each direction carries one flow's data and the other's ACKs,
                      as under NCCL's ring of two ranks): goodput per direction, over the cap
-                     and over the one-way flow of the same round
+                     and over the one-way flow (medians of the rounds)
   isolation          per link_mode, at 10 Gbit/s: short high-class transfers (10 KB every
                      20 ms, thesis-2band) with a backlogged low-class flow in each direction,
                      median completion time over the same without the low flows (a 64 KB

@@ -241,8 +241,11 @@ check_nccl_link() {
   # bare veth pair and testbed's shaped links; then one flow and eight per link mode
   echo "== benchmarks/nccl_link.py"
   step 60 python3 benchmarks/nccl_link.py | tee "$OUT/nccl-link.txt"
-  tail -n1 "$OUT/nccl-link.txt" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert "fast 10 default" in d' \
-    || { echo "gpu-device.sh: benchmarks/nccl_link.py printed no figures" >&2; return 1; }
+  tail -n1 "$OUT/nccl-link.txt" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert "fast 10 default" in d and all(v is not None for v in d.values()), d' \
+    || { echo "gpu-device.sh: benchmarks/nccl_link.py lacks figures (a pair failed?)" >&2; return 1; }
   echo "== benchmarks/linkrate.py at 10 Gbit/s"
   step 60 python3 benchmarks/linkrate.py --rates 10 --rounds 1 --seconds 4 --no-checks \
     | tee "$OUT/linkrate.txt"

@@ -145,7 +145,7 @@ def test_nccl_link(tmp_path):
     measured, and no rank faster than its link."""
     need("torch", "torch is installed by install.sh")
     need_binary("nsenter", "apt-get install util-linux")
-    out = quick("nccl_link", tmp_path, "--backend", "gloo", "--rates", "1")
+    out = quick("nccl_link", tmp_path, "--backend", "gloo", "--rates", "1", "--timeout", "60")
     doc = last_json(out, "loopback", "fast 1 default", "exact 1 default")
     assert doc["backend"] == "gloo" and doc["loopback"] > 0
     for case in ("fast 1 default", "exact 1 default"):
