@@ -163,8 +163,8 @@ def main() -> int:
                 take(f"fast {rate:g} {name}", pair(launch, "h1", "eth0", env, args), rate)
             if i == 0 and args.segments:
                 segments_ablation(launch, rate, args, take)
-    with in_testbed(rates[0], "exact") if not only else contextlib.nullcontext() as launch:
-        if launch:
+    if not only:
+        with in_testbed(rates[0], "exact") as launch:
             take(f"exact {rates[0]:g} default", pair(launch, "h1", "eth0", [], args), rates[0])
     print(json.dumps({"backend": args.backend, "size": args.size, **fig}))
     return 0
