@@ -268,9 +268,16 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
         assert p["slot_s"] == p["period_s"] and p["network_s"] < 0.35 * p["slot_s"], p
         assert h["iterations"] >= 40, h
         assert h["iteration_time_s"]["mean"] >= 0.99 * p["slot_s"], (name, h, p)
+        # the free time of the period, shared out after each job's phase (one arc each)
+        free = p["period_s"] - sum(s[n]["policy"]["network_s"] for n in "abc")
+        assert p["gap_s"] == pytest.approx(free / 3, abs=2 * p["period_s"] / 720), p
+        # the pace log: every slot of the window began or was missed, none before its time
+        assert 0 < p["on_slot_share"] <= 1 and p["slots_missed"] >= 0, p
+        assert p["late"] == "catch-up", p
         offsets.append(p["offset_s"])
     # three distinct offsets, one period apart at most: the phases take turns
     assert len(set(offsets)) == 3 and max(offsets) < s["a"]["policy"]["period_s"], offsets
     rep = run_cli("report", str(out))
     assert rep.returncode == 0, rep.stderr
     assert "policy interleave: 3 jobs on a" in rep.stdout
+    assert "of its iterations began on their slot" in rep.stdout

@@ -4,6 +4,7 @@ apart on one period, checked against placements worked out by hand; the worker's
 
 from __future__ import annotations
 
+import csv
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
 from testbed.workloads.training.horovod_worker import Pacer
-from testbed.workloads.training.interleave import GRID, Profile, plan, plan_for
+from testbed.workloads.training.interleave import GRID, Profile, keeping, plan, plan_for
 
 
 def test_three_jobs_that_fit_the_period_take_turns_with_the_free_time_shared_out():
@@ -32,6 +33,8 @@ def test_three_jobs_that_fit_the_period_take_turns_with_the_free_time_shared_out
     assert slots["b"].offset_s == pytest.approx(1 / 3)
     assert slots["c"].offset_s == pytest.approx(17 / 30)
     assert all(s.overlap_s == 0 for s in slots.values())
+    # each phase is followed by the free time's share, 0.4 / 3, before the next one begins
+    assert [slots[n].gap_s for n in "abc"] == pytest.approx([0.4 / 3] * 3)
 
 
 def test_a_short_job_runs_twice_a_period_and_a_given_offset_is_kept():
@@ -45,12 +48,17 @@ def test_a_short_job_runs_twice_a_period_and_a_given_offset_is_kept():
     assert slots["s"].per_period == 2 and slots["s"].slot_s == pytest.approx(0.55)
     assert slots["s"].offset_s == pytest.approx(0.15, abs=2 * 1.1 / GRID)
     assert slots["s"].overlap_s == 0
+    # l's phase ends where s's second copy begins (1.0): no gap; s's copies end at 0.55 and
+    # 1.1 (≡ 0), followed by l's phase at 0.7 and s's first copy at 0.45: the least, 0.15
+    assert slots["l"].gap_s == pytest.approx(0.0, abs=2 * 1.1 / GRID)
+    assert slots["s"].gap_s == pytest.approx(0.15, abs=2 * 1.1 / GRID)
 
 
 def test_jobs_whose_network_exceeds_the_period_overlap_as_little_as_the_plan_can():
     """Two jobs each busy 0.6 s of a 1 s period: 0.2 s of overlap at the least."""
     slots = plan([Profile("a", 1.0, ((0.4, 1.0),)), Profile("b", 1.0, ((0.4, 1.0),))], 0.0)
     assert slots["b"].overlap_s == pytest.approx(0.2, abs=2 / GRID)
+    assert slots["b"].gap_s == 0.0  # overlapping already: a late phase has no room to lose
 
 
 def test_the_pacer_holds_each_iteration_to_its_slot_and_lets_a_late_one_go_at_once():
@@ -68,6 +76,49 @@ def test_the_pacer_holds_each_iteration_to_its_slot_and_lets_a_late_one_go_at_on
     before = time.time()
     never.wait()
     assert time.time() - before < 0.05
+
+
+def test_a_pacer_that_skips_waits_for_the_next_slot_and_logs_each_slot(tmp_path):
+    """Slots every 0.1 s from 0.05; skip after 0.02 s late. Iteration 0 on its slot (0.05);
+    iteration 1 comes at 0.185, 0.035 late for its slot at 0.15: it waits for 0.25 (one slot
+    skipped); iteration 2 comes at 0.33, before its slot at 0.35: it waits; iteration 3 comes
+    at 0.465, 0.015 late for 0.45 (within 0.02): it begins at once, catching up."""
+    t0 = time.time()
+    log = tmp_path / "pace.csv"
+    p = Pacer({"pace": {"offset_s": 0.05, "period_s": 0.1, "skip_after_s": 0.02}}, t0, log)
+    p.wait()
+    time.sleep(max(0.0, t0 + 0.185 - time.time()))
+    p.wait()
+    assert time.time() - t0 >= 0.25
+    time.sleep(max(0.0, t0 + 0.33 - time.time()))
+    p.wait()
+    assert time.time() - t0 >= 0.35
+    time.sleep(max(0.0, t0 + 0.465 - time.time()))
+    before = time.time()
+    p.wait()
+    assert time.time() - before < 0.01
+    rows = list(csv.DictReader(log.open()))
+    assert [int(r["slot"]) for r in rows] == [0, 2, 3, 4]
+    assert [int(r["skipped"]) for r in rows] == [0, 1, 0, 0]
+    assert [float(r["slot_time"]) - t0 for r in rows] == pytest.approx(
+        [0.05, 0.25, 0.35, 0.45], abs=1e-5
+    )
+    assert float(rows[3]["late_s"]) >= 0.015
+    assert keeping(rows, 0.1) == {"on_slot_share": 0.75, "slots_missed": 1}
+
+
+def test_keeping_counts_iterations_on_their_slot_and_the_slots_missed_while_late():
+    """A catching-up job: slot 3 begun 0.12 s late (its iteration ran past slot 4 too), then
+    slot 4 begun 0.05 late, slot 5 on time: slots 0..5, none missed (each had its
+    iteration, late); 2 of 6 off their slot. A job that skipped from 1 to 4: 2 missed."""
+
+    def row(slot, late):
+        return {"slot": str(slot), "slot_time": str(slot * 0.1), "began": str(slot * 0.1 + late)}
+
+    late = [row(0, 0), row(1, 0), row(2, 0.0005), row(3, 0.12), row(4, 0.05), row(5, 0)]
+    assert keeping(late, 0.1) == {"on_slot_share": 4 / 6, "slots_missed": 0}
+    assert keeping([row(0, 0), row(1, 0), row(4, 0)], 0.1)["slots_missed"] == 2
+    assert keeping([], 0.1) == {"on_slot_share": None, "slots_missed": 0}
 
 
 def _jobs(**over):

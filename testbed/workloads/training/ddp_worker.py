@@ -45,6 +45,7 @@ from testbed.workloads.training.horovod_worker import (
     SocketReads,
     Stamp,
     install_stop_signals,
+    pace_file,
     real_model,
     sockets_file,
 )
@@ -227,9 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg["mode"] == "real":
         real(cfg, dist, torch, rec, deadline=window.end)
     else:
-        synthetic(
-            cfg, dist, torch, rec, deadline=window.end, groups=groups, pacer=Pacer(cfg, window.t0)
-        )
+        pacer = Pacer(cfg, window.t0, pace_file(args.out))
+        synthetic(cfg, dist, torch, rec, deadline=window.end, groups=groups, pacer=pacer)
     sockets.finish()
     args.out.with_suffix(".done").touch()
     sys.stdout.flush()

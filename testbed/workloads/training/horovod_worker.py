@@ -30,6 +30,7 @@ import argparse
 import csv
 import itertools
 import json
+import math
 import os
 import signal
 import socket
@@ -211,24 +212,53 @@ class Clock:
         self.debt = max(0.0, self.last - end)
 
 
+def pace_file(records: Path) -> Path:
+    """Where a worker logs its slots (Pacer), beside its records."""
+    return records.with_suffix(".pace.csv")
+
+
 class Pacer:
     """Policy interleave (training/interleave.py): iteration i starts no earlier than its slot,
     t0 + offset + i · period, on the wall clock every job's workers share. A late iteration
     starts at once and keeps its index, so the slack between period and iteration time brings
-    the job back onto its slot. Without `pace` in the config it never waits."""
+    the job back onto its slot; with `skip_after_s`, one later than that waits for the next
+    slot instead (the grid's next point, so ranks that judged the same lateness differently
+    meet again at the next iteration). Each iteration's slot goes to `log` (slot index, its
+    time, when the iteration began, how late, slots skipped). Without `pace` in the config it
+    never waits."""
 
-    def __init__(self, cfg: dict[str, Any], t0: float) -> None:
+    def __init__(self, cfg: dict[str, Any], t0: float, log: Path | None = None) -> None:
         pace = cfg.get("pace")
         self.period = float(pace["period_s"]) if pace else None
-        self.next = t0 + float(pace["offset_s"]) if pace else 0.0
+        self.base = t0 + float(pace["offset_s"]) if pace else 0.0
+        skip = pace.get("skip_after_s") if pace else None
+        self.skip_after = None if skip is None else float(skip)
+        self.slot = 0  # the next iteration's slot: base + slot · period
+        self.log = None
+        if pace and log is not None:
+            self._file = open(log, "w", newline="")  # noqa: SIM115 - lives as long as the process
+            self.log = csv.writer(self._file)
+            self.log.writerow(["slot", "slot_time", "began", "late_s", "skipped"])
 
     def wait(self) -> None:
         if self.period is None:
             return
-        ahead = self.next - time.time()
-        if ahead > 0:
-            time.sleep(ahead)
-        self.next += self.period
+        at = self.base + self.slot * self.period
+        late = time.time() - at
+        skipped = 0
+        if self.skip_after is not None and late > self.skip_after:
+            skipped = math.ceil(late / self.period)
+            self.slot += skipped
+            at += skipped * self.period
+        if at > time.time():
+            time.sleep(at - time.time())
+        began = time.time()
+        if self.log is not None:
+            self.log.writerow(
+                [self.slot, f"{at:.6f}", f"{began:.6f}", f"{max(0.0, late):.6f}", skipped]
+            )
+            self._file.flush()
+        self.slot += 1
 
 
 NO_PACE = Pacer({}, 0.0)
@@ -407,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg["mode"] == "real":
         real(cfg, hvd, torch, rec, deadline=window.end)
     else:
-        synthetic(cfg, hvd, torch, rec, deadline=window.end, pacer=Pacer(cfg, window.t0))
+        pacer = Pacer(cfg, window.t0, pace_file(args.out))
+        synthetic(cfg, hvd, torch, rec, deadline=window.end, pacer=pacer)
     sockets.finish()
     args.out.with_suffix(".done").touch()
     if metrics is not None:

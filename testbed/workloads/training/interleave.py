@@ -16,9 +16,16 @@ period is shared out equally between their network phases (a phase that runs lon
 model then eats into a gap, not into the next job's phase).
 
 The workers keep to the plan (horovod_worker.Pacer): iteration i of a job starts no earlier
-than t0 + offset + i · P / n. A late iteration starts at once and keeps its place on the grid,
-so the slack that the margin leaves brings the job back onto it. The iteration's recorded
-time includes any wait for its slot: the job's throughput, not only its busy time.
+than t0 + offset + i · P / n. What a late iteration does is the policy's `late`: `catch-up`
+starts it at once and keeps its place on the grid, so the slack that the margin leaves brings
+the job back onto it, a little each iteration; `skip` starts it at the next slot instead when
+it is later than the job's gap (the free time the plan leaves between the end of the job's
+network phase and the next phase on the circle), the lateness past which its phase would run
+into the next job's. Catching up costs nothing while the lateness stays within the gap and
+collides beyond it; skipping costs one slot and never collides. The iteration's recorded time
+includes any wait for its slot: the job's throughput, not only its busy time. The summary
+counts, from rank 0's records, the iterations that started on their slot and the slots in
+which the job started none.
 
 What the plan assumes: every job of the group shares one bottleneck (placing them apart costs
 nothing if they do not), and the model's arcs alone are what the jobs do (compute emulated
@@ -26,10 +33,15 @@ per layer; the workers' own overheads come out of the margin)."""
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from testbed.workloads.training.horovod_worker import pace_file
 from testbed.workloads.training.policies import group
 
 GRID = 720  # offsets tried per period
@@ -58,6 +70,7 @@ class Slot:
     per_period: int  # n: the job's iterations per period
     offset_s: float
     overlap_s: float  # of its network time per period, how much the plan could not separate
+    gap_s: float = 0.0  # free time after its network phase, before the next on the circle
 
     @property
     def slot_s(self) -> float:
@@ -101,7 +114,42 @@ def plan(profiles: list[Profile], margin: float) -> dict[str, Slot]:
         for b in bins:
             busy[b] += 1
         out[p.name] = Slot(big_p, n, shift, overlap)
-    return _spread(profiles, out, big_p)
+    return _gaps(profiles, _spread(profiles, out, big_p))
+
+
+def _ahead(d: float, period: float) -> float:
+    """d on the circle, forward; a start up to a grid step before an end (the plan places on
+    the grid, so phases that touch may overlap by rounding) counts as touching it."""
+    d %= period
+    return 0.0 if period - d <= period / GRID else d
+
+
+def _gaps(profiles: list[Profile], slots: dict[str, Slot]) -> dict[str, Slot]:
+    """Each slot with its gap: from the end of each copy of the job's network phase (its
+    first arc's start to its last arc's end) to the next phase of any job, its own next copy
+    included, on the circle; the least over its copies. Where the plan left an overlap there
+    is no gap; a job without network has its whole slot."""
+    phases = {
+        p.name: [
+            (s.offset_s + m * s.slot_s + min(a for a, _ in p.arcs),
+             s.offset_s + m * s.slot_s + max(b for _, b in p.arcs))
+            for m in range(s.per_period)
+        ]
+        for p in profiles
+        if p.arcs
+        for s in (slots[p.name],)
+    }  # fmt: skip
+    starts = [a for spans in phases.values() for a, _ in spans]
+    out = {}
+    for name, s in slots.items():
+        if s.overlap_s > 0:
+            gap = 0.0
+        elif name not in phases:
+            gap = s.slot_s
+        else:
+            gap = min(_ahead(a - end, s.period_s) for _, end in phases[name] for a in starts)
+        out[name] = dataclasses.replace(s, gap_s=gap)
+    return out
 
 
 def _spread(profiles: list[Profile], slots: dict[str, Slot], big_p: float) -> dict[str, Slot]:
@@ -131,16 +179,41 @@ def _spread(profiles: list[Profile], slots: dict[str, Slot], big_p: float) -> di
     return out
 
 
+ON_SLOT = 0.01  # an iteration that begins within this share of a slot after it is on it
+
+
+def keeping(rows: list[dict[str, str]], slot_s: float) -> dict[str, Any]:
+    """How a worker kept to its slots, from its pace log (horovod_worker.Pacer; rows whose
+    slot lies in the window): the share of iterations that began on their slot (within
+    ON_SLOT of it), and the slots in which none began (skipped, or passed while late)."""
+    if not rows:
+        return {"on_slot_share": None, "slots_missed": 0}
+    on = sum(float(r["began"]) - float(r["slot_time"]) <= ON_SLOT * slot_s for r in rows)
+    slots = [int(r["slot"]) for r in rows]
+    missed = sum(max(0, b - a - 1) for a, b in itertools.pairwise(slots))
+    return {"on_slot_share": on / len(rows), "slots_missed": missed}
+
+
 class Interleave:
     """The runner of one job of the group: the workers pace themselves (worker_config); it
-    reports the plan."""
+    reports the plan and, from rank 0's records, how the job kept to it."""
 
-    def __init__(self, name: str, slots: dict[str, Slot], network_s: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        slots: dict[str, Slot],
+        network_s: float,
+        late: str = "catch-up",
+        pace_log: Path | None = None,
+    ) -> None:
+        """`pace_log`: rank 0's slots (horovod_worker.pace_file)."""
         self.name, self.slots, self.slot = name, slots, slots[name]
-        self.network_s = network_s
+        self.network_s, self.late, self.pace_log = network_s, late, pace_log
 
     def worker_config(self) -> dict[str, Any]:
-        return {"pace": {"offset_s": self.slot.offset_s, "period_s": self.slot.slot_s}}
+        s = self.slot
+        skip = s.gap_s if self.late == "skip" else None
+        return {"pace": {"offset_s": s.offset_s, "period_s": s.slot_s, "skip_after_s": skip}}
 
     def tick(self, now: float) -> None:
         pass  # the workers keep to their slots themselves
@@ -155,7 +228,18 @@ class Interleave:
             "offset_s": s.offset_s,
             "network_s": self.network_s,
             "planned_overlap_s": s.overlap_s / s.per_period,
+            "gap_s": s.gap_s,
+            "late": self.late,
+            **self._kept(t0, t1),
         }
+
+    def _kept(self, t0: float, t1: float) -> dict[str, Any]:
+        """keeping() over rank 0's slots inside [t0, t1)."""
+        rows: list[dict[str, str]] = []
+        if self.pace_log is not None and self.pace_log.exists():
+            with open(self.pace_log, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if t0 <= float(r["slot_time"]) < t1]
+        return keeping(rows, self.slot.slot_s)
 
     def warning(self) -> str | None:
         s = self.slot
@@ -196,4 +280,10 @@ def start(job: Any) -> Interleave:
     plan on this machine's clock (the scenario the machine runs, dilated)."""
     group, slots = plan_for(job.s)
     mine = next(p for p in group if p.name == job.name)
-    return Interleave(job.name, slots, mine.network_s)
+    return Interleave(
+        job.name,
+        slots,
+        mine.network_s,
+        late=job.cfg.policy.late,
+        pace_log=pace_file(job.records_of(job.hosts()[0])),
+    )

@@ -143,6 +143,13 @@ class InterleavePolicy(BaseModel):
         "much: the slack that brings a late iteration back onto its slot (the group takes "
         "the largest any job gives)",
     )
+    late: Literal["catch-up", "skip"] = Field(
+        "catch-up",
+        description="an iteration that starts late: `catch-up` starts it at once and the "
+        "margin brings the job back onto its slots over the next iterations; `skip` starts it "
+        "at its next slot when it is later than the free time the plan leaves after the "
+        "job's network phase (a phase that late would run into another job's)",
+    )
 
 
 class ByRatioPolicy(BaseModel):

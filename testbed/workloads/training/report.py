@@ -67,6 +67,16 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
             f"{fmt_ms(pol['offset_s'])} ms; its {fmt_ms(pol['network_s'])} ms of network alone "
             f"overlap the others' by {fmt_ms(pol['planned_overlap_s'])} ms in the plan"
         )
+        if pol.get("on_slot_share") is not None:
+            rule = (
+                f"one over {fmt_ms(pol['gap_s'])} ms late waited for its next slot"
+                if pol["late"] == "skip"
+                else "a late one began at once"
+            )
+            out.print(
+                f"    {pol['on_slot_share']:.0%} of its iterations began on their slot, "
+                f"{pol['slots_missed']} slots missed ({rule})"
+            )
     elif pol:
         share = pol["escalated_share"]
         out.print(

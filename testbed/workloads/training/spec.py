@@ -491,6 +491,9 @@ POLICY_SHAPES["interleave"] = {
     "offset_s": "s",
     "network_s": "s",
     "planned_overlap_s": "s",
+    "gap_s": "s",
+    "on_slot_share": "1",
+    "slots_missed": "1",
 }
 POLICY_SHAPES["by-ratio"] = {"rank": "1", "jobs": "1", "compute_to_network_ratio": "1"}
 POLICY = {"policy": {k: v for shape in POLICY_SHAPES.values() for k, v in shape.items()}}
