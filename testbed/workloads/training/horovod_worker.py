@@ -250,8 +250,9 @@ class Pacer:
             skipped = math.ceil(late / self.period)
             self.slot += skipped
             at += skipped * self.period
-        if at > time.time():
-            time.sleep(at - time.time())
+        delay = at - time.time()
+        if delay > 0:
+            time.sleep(delay)
         began = time.time()
         if self.log is not None:
             self.log.writerow(
