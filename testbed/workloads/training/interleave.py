@@ -24,8 +24,8 @@ network phase and the next phase on the circle), the lateness past which its pha
 into the next job's. Catching up costs nothing while the lateness stays within the gap and
 collides beyond it; skipping costs one slot and never collides. The iteration's recorded time
 includes any wait for its slot: the job's throughput, not only its busy time. The summary
-counts, from rank 0's records, the iterations that started on their slot and the slots in
-which the job started none.
+counts, from rank 0's pace log, the iterations that began on their slot and the slots in
+which the job began none.
 
 What the plan assumes: every job of the group shares one bottleneck (placing them apart costs
 nothing if they do not), and the model's arcs alone are what the jobs do (compute emulated
@@ -196,7 +196,7 @@ def keeping(rows: list[dict[str, str]], slot_s: float) -> dict[str, Any]:
 
 class Interleave:
     """The runner of one job of the group: the workers pace themselves (worker_config); it
-    reports the plan and, from rank 0's records, how the job kept to it."""
+    reports the plan and, from rank 0's pace log, how the job kept to it."""
 
     def __init__(
         self,
