@@ -58,7 +58,29 @@ def test_jobs_whose_network_exceeds_the_period_overlap_as_little_as_the_plan_can
     """Two jobs each busy 0.6 s of a 1 s period: 0.2 s of overlap at the least."""
     slots = plan([Profile("a", 1.0, ((0.4, 1.0),)), Profile("b", 1.0, ((0.4, 1.0),))], 0.0)
     assert slots["b"].overlap_s == pytest.approx(0.2, abs=2 / GRID)
-    assert slots["b"].gap_s == 0.0  # overlapping already: a late phase has no room to lose
+    # overlapping already: a late phase has no room to lose, whichever was placed first
+    assert slots["a"].gap_s == 0.0 and slots["b"].gap_s == 0.0
+
+
+def test_the_gap_is_measured_from_each_arc_to_the_other_jobs_arcs():
+    """Period 1 s. a has arcs [0, 0.1) and [0.5, 0.6), given offset 0; b's arc [0, 0.3) is
+    given offset 0.2, so it sits in a's hole, [0.2, 0.5): a may start at most 0.1 late
+    (its first arc's end to b's start), b not at all (its end touches a's second arc). A
+    tiny arc (1 ms, job c, offset 0.7) is 0.299 s from a's start at 1.0, and a is 0.1 from
+    it."""
+    slots = plan(
+        [
+            Profile("a", 1.0, ((0.0, 0.1), (0.5, 0.6)), offset_s=0.0),
+            Profile("b", 1.0, ((0.0, 0.3),), offset_s=0.2),
+            Profile("c", 1.0, ((0.0, 0.001),), offset_s=0.7),
+        ],
+        0.0,
+    )
+    assert slots["a"].gap_s == pytest.approx(0.1)
+    assert slots["b"].gap_s == pytest.approx(0.0, abs=1 / GRID)
+    assert slots["c"].gap_s == pytest.approx(0.299)
+    alone = plan([Profile("x", 1.0, ((0.5, 0.8),))], 0.0)
+    assert alone["x"].gap_s == 1.0  # nobody to run into: its whole slot
 
 
 def test_the_pacer_holds_each_iteration_to_its_slot_and_lets_a_late_one_go_at_once():
@@ -79,32 +101,38 @@ def test_the_pacer_holds_each_iteration_to_its_slot_and_lets_a_late_one_go_at_on
 
 
 def test_a_pacer_that_skips_waits_for_the_next_slot_and_logs_each_slot(tmp_path):
-    """Slots every 0.1 s from 0.05; skip after 0.02 s late. Iteration 0 on its slot (0.05);
-    iteration 1 comes at 0.185, 0.035 late for its slot at 0.15: it waits for 0.25 (one slot
-    skipped); iteration 2 comes at 0.33, before its slot at 0.35: it waits; iteration 3 comes
-    at 0.465, 0.015 late for 0.45 (within 0.02): it begins at once, catching up."""
+    """Slots every 0.2 s from 0.1; skip after 0.08 s late. Iteration 0 on its slot (0.1);
+    iteration 1 comes at 0.42, 0.12 late for its slot at 0.3: it waits for 0.5 (one slot
+    skipped); iteration 2 comes at 0.66, before its slot at 0.7: it waits; iteration 3 comes
+    at 0.93, 0.03 late for 0.9 (within 0.08): it begins at once, catching up; iteration 4
+    comes at 1.33, 0.23 late for 1.1 but only 0.03 for 1.3: it moves on to 1.3 and begins
+    at once. (Each outcome holds for arrivals 40 ms either side.)"""
     t0 = time.time()
     log = tmp_path / "pace.csv"
-    p = Pacer({"pace": {"offset_s": 0.05, "period_s": 0.1, "skip_after_s": 0.02}}, t0, log)
+    p = Pacer({"pace": {"offset_s": 0.1, "period_s": 0.2, "skip_after_s": 0.08}}, t0, log)
+
+    def at(t: float) -> None:
+        time.sleep(max(0.0, t0 + t - time.time()))
+
     p.wait()
-    time.sleep(max(0.0, t0 + 0.185 - time.time()))
+    at(0.42)
     p.wait()
-    assert time.time() - t0 >= 0.25
-    time.sleep(max(0.0, t0 + 0.33 - time.time()))
+    assert time.time() - t0 >= 0.5
+    at(0.66)
     p.wait()
-    assert time.time() - t0 >= 0.35
-    time.sleep(max(0.0, t0 + 0.465 - time.time()))
-    before = time.time()
+    assert time.time() - t0 >= 0.7
+    at(0.93)
     p.wait()
-    assert time.time() - before < 0.01
+    at(1.33)
+    p.wait()
     rows = list(csv.DictReader(log.open()))
-    assert [int(r["slot"]) for r in rows] == [0, 2, 3, 4]
-    assert [int(r["skipped"]) for r in rows] == [0, 1, 0, 0]
+    assert [int(r["slot"]) for r in rows] == [0, 2, 3, 4, 6]
+    assert [int(r["skipped"]) for r in rows] == [0, 1, 0, 0, 1]
     assert [float(r["slot_time"]) - t0 for r in rows] == pytest.approx(
-        [0.05, 0.25, 0.35, 0.45], abs=1e-5
+        [0.1, 0.5, 0.7, 0.9, 1.3], abs=1e-5
     )
-    assert float(rows[3]["late_s"]) >= 0.015
-    assert keeping(rows, 0.1) == {"on_slot_share": 0.75, "slots_missed": 1}
+    assert [float(r["began"]) - t0 for r in rows][3:] == pytest.approx([0.93, 1.33], abs=0.04)
+    assert keeping(rows, 0.2) == {"on_slot_share": 3 / 5, "slots_missed": 2}
 
 
 def test_keeping_counts_iterations_on_their_slot_and_the_slots_missed_while_late():

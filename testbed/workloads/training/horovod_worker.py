@@ -221,10 +221,11 @@ class Pacer:
     """Policy interleave (training/interleave.py): iteration i starts no earlier than its slot,
     t0 + offset + i · period, on the wall clock every job's workers share. A late iteration
     starts at once and keeps its index, so the slack between period and iteration time brings
-    the job back onto its slot; with `skip_after_s`, one later than that waits for the next
-    slot instead (the grid's next point, so ranks that judged the same lateness differently
-    meet again at the next iteration). Each iteration's slot goes to `log` (slot index, its
-    time, when the iteration began, how late, slots skipped). Without `pace` in the config it
+    the job back onto its slot; with `skip_after_s`, one later than that moves on to the first
+    slot it is no more than `skip_after_s` late for, waiting for it if it has not come (a
+    point of the grid, so ranks that judged the same lateness differently meet again at the
+    next iteration). Each iteration's slot goes to `log` (slot index, its time, when the
+    iteration began, how late for that slot, slots skipped). Without `pace` in the config it
     never waits."""
 
     def __init__(self, cfg: dict[str, Any], t0: float, log: Path | None = None) -> None:
@@ -247,9 +248,12 @@ class Pacer:
         late = time.time() - at
         skipped = 0
         if self.skip_after is not None and late > self.skip_after:
-            skipped = math.ceil(late / self.period)
+            # the first slot it is not too late for: one it can wait for, or one it has
+            # passed by no more than skip_after (it then begins at once)
+            skipped = math.ceil((late - self.skip_after) / self.period)
             self.slot += skipped
             at += skipped * self.period
+            late -= skipped * self.period
         delay = at - time.time()
         if delay > 0:
             time.sleep(delay)
@@ -257,7 +261,7 @@ class Pacer:
         if self.log is not None:
             self.log.writerow(
                 [self.slot, f"{at:.6f}", f"{began:.6f}", f"{max(0.0, late):.6f}", skipped]
-            )
+            )  # late: after the slot it began in
             self._file.flush()
         self.slot += 1
 

@@ -19,13 +19,13 @@ The workers keep to the plan (horovod_worker.Pacer): iteration i of a job starts
 than t0 + offset + i · P / n. What a late iteration does is the policy's `late`: `catch-up`
 starts it at once and keeps its place on the grid, so the slack that the margin leaves brings
 the job back onto it, a little each iteration; `skip` starts it at the next slot instead when
-it is later than the job's gap (the free time the plan leaves between the end of the job's
-network phase and the next phase on the circle), the lateness past which its phase would run
-into the next job's. Catching up costs nothing while the lateness stays within the gap and
+it is later than the job's gap (the least free time the plan leaves between the end of one
+of the job's network arcs and the start of another job's on the circle), the lateness past
+which its phase would run into another job's. Catching up costs nothing while the lateness stays within the gap and
 collides beyond it; skipping costs one slot and never collides. The iteration's recorded time
 includes any wait for its slot: the job's throughput, not only its busy time. The summary
-counts, from rank 0's pace log, the iterations that began on their slot and the slots in
-which the job began none.
+counts, from rank 0's pace log, the iterations that began on their slot and the slots the job
+skipped.
 
 What the plan assumes: every job of the group shares one bottleneck (placing them apart costs
 nothing if they do not), and the model's arcs alone are what the jobs do (compute emulated
@@ -117,39 +117,46 @@ def plan(profiles: list[Profile], margin: float) -> dict[str, Slot]:
     return _gaps(profiles, _spread(profiles, out, big_p))
 
 
-def _ahead(d: float, period: float) -> float:
-    """d on the circle, forward; a start up to a grid step before an end (the plan places on
-    the grid, so phases that touch may overlap by rounding) counts as touching it."""
-    d %= period
-    return 0.0 if period - d <= period / GRID else d
-
-
 def _gaps(profiles: list[Profile], slots: dict[str, Slot]) -> dict[str, Slot]:
-    """Each slot with its gap: from the end of each copy of the job's network phase (its
-    first arc's start to its last arc's end) to the next phase of any job, its own next copy
-    included, on the circle; the least over its copies. Where the plan left an overlap there
-    is no gap; a job without network has its whole slot."""
-    phases = {
+    """Each slot with its gap: the least time, on the circle, from the end of one of the job's
+    arcs (every copy) to the start of another job's arc: how late the job's iteration may
+    start before one of its arcs runs into another job's (its own arcs move together). No
+    gap where one of its arcs already overlaps another job's (the plan could not separate
+    them); a job with no other job's arcs to meet has its whole slot. The plan places on a
+    grid of P / GRID, so arcs that meet or overlap by less than a step count as touching."""
+    arcs = {
         p.name: [
-            (s.offset_s + m * s.slot_s + min(a for a, _ in p.arcs),
-             s.offset_s + m * s.slot_s + max(b for _, b in p.arcs))
+            (s.offset_s + m * s.slot_s + a, s.offset_s + m * s.slot_s + b)
             for m in range(s.per_period)
+            for a, b in p.arcs
         ]
         for p in profiles
-        if p.arcs
         for s in (slots[p.name],)
-    }  # fmt: skip
-    starts = [a for spans in phases.values() for a, _ in spans]
+    }
     out = {}
     for name, s in slots.items():
-        if s.overlap_s > 0:
-            gap = 0.0
-        elif name not in phases:
-            gap = s.slot_s
-        else:
-            gap = min(_ahead(a - end, s.period_s) for _, end in phases[name] for a in starts)
-        out[name] = dataclasses.replace(s, gap_s=gap)
+        others = [y for other, ys in arcs.items() if other != name for y in ys]
+        mine = arcs.get(name, [])
+        gap = s.slot_s if not others or not mine else _least_gap(mine, others, s.period_s)
+        out[name] = dataclasses.replace(s, gap_s=min(gap, s.slot_s))
     return out
+
+
+def _least_gap(
+    mine: list[tuple[float, float]], others: list[tuple[float, float]], period: float
+) -> float:
+    """The least forward distance on a circle of `period` from an end of `mine` to a start
+    of `others`; 0 where an arc of one overlaps an arc of the other by more than a grid
+    step."""
+    tol = period / GRID
+    least = period
+    for xs, xe in mine:
+        for ys, ye in others:
+            if (ys - xs) % period < xe - xs - tol or (xs - ys) % period < ye - ys - tol:
+                return 0.0  # they overlap
+            d = (ys - xe) % period
+            least = min(least, 0.0 if d > period - tol else d)
+    return least
 
 
 def _spread(profiles: list[Profile], slots: dict[str, Slot], big_p: float) -> dict[str, Slot]:
@@ -185,7 +192,8 @@ ON_SLOT = 0.01  # an iteration that begins within this share of a slot after it 
 def keeping(rows: list[dict[str, str]], slot_s: float) -> dict[str, Any]:
     """How a worker kept to its slots, from its pace log (horovod_worker.Pacer; rows whose
     slot lies in the window): the share of iterations that began on their slot (within
-    ON_SLOT of it), and the slots in which none began (skipped, or passed while late)."""
+    ON_SLOT of it), and the slots it skipped (`late: skip`; a job that catches up keeps one
+    slot an iteration, however late, so its lateness shows in the share only)."""
     if not rows:
         return {"on_slot_share": None, "slots_missed": 0}
     on = sum(float(r["began"]) - float(r["slot_time"]) <= ON_SLOT * slot_s for r in rows)
@@ -212,8 +220,15 @@ class Interleave:
 
     def worker_config(self) -> dict[str, Any]:
         s = self.slot
-        skip = s.gap_s if self.late == "skip" else None
+        skip = self.skip_after_s if self.late == "skip" else None
         return {"pace": {"offset_s": s.offset_s, "period_s": s.slot_s, "skip_after_s": skip}}
+
+    @property
+    def skip_after_s(self) -> float:
+        """With `late: skip`, the lateness past which an iteration waits for its next slot:
+        the gap, but never under ON_SLOT of the slot (phases that touch would otherwise give
+        a slot away for a few microseconds of lateness)."""
+        return max(self.slot.gap_s, ON_SLOT * self.slot.slot_s)
 
     def tick(self, now: float) -> None:
         pass  # the workers keep to their slots themselves
@@ -230,6 +245,7 @@ class Interleave:
             "planned_overlap_s": s.overlap_s / s.per_period,
             "gap_s": s.gap_s,
             "late": self.late,
+            "skip_after_s": self.skip_after_s if self.late == "skip" else None,
             **self._kept(t0, t1),
         }
 

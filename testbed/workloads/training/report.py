@@ -69,7 +69,7 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
         )
         if pol.get("on_slot_share") is not None:
             rule = (
-                f"one over {fmt_ms(pol['gap_s'])} ms late waited for its next slot"
+                f"one over {fmt_ms(pol['skip_after_s'])} ms late moved on to a later slot"
                 if pol["late"] == "skip"
                 else "a late one began at once"
             )

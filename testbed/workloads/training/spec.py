@@ -492,6 +492,7 @@ POLICY_SHAPES["interleave"] = {
     "network_s": "s",
     "planned_overlap_s": "s",
     "gap_s": "s",
+    "skip_after_s": "s",
     "on_slot_share": "1",
     "slots_missed": "1",
 }
