@@ -134,6 +134,46 @@ def served_counters(outs: Iterable[Path], window: Window) -> list[dict[str, int 
     return out
 
 
+# the sending socket's counters a flow's row carries once joined (join_served)
+JOINED = ("retransmitted_segments", "timeouts")
+
+
+def join_served(rows: list[dict[str, Any]], outs: Iterable[Path], ip_of: dict[str, str]) -> int:
+    """Each client row (a kind whose rows name `src`, `dst`, `port`, `start`) with the
+    counters of the server's socket that sent its bytes (Served, on host `dst`): the
+    connection accepted from the row's source address and port, at or after its start, the
+    first such. `ip_of`: a host's name to its data address. A row with no match (the server
+    died first, a connection that failed before its port was known) gets empty ones. Ports
+    come back after a connection closes, so the time keeps a reused port apart. How many rows
+    matched."""
+    served: dict[tuple[str, str], list[tuple[float, dict[str, str]]]] = {}
+    for path in outs:
+        try:
+            with open(served_file(path), newline="") as f:
+                for r in csv.DictReader(f):
+                    key = (r["client"], r["client_port"])
+                    served.setdefault(key, []).append((float(r["accepted"]), r))
+        except FileNotFoundError:
+            continue
+    for found in served.values():
+        found.sort(key=lambda x: x[0])
+    matched = 0
+    for row in rows:
+        hit = None
+        start = float(row["start"]) - JOIN_SLACK_S
+        for accepted, r in served.get((ip_of.get(row["src"], ""), str(row.get("port", ""))), []):
+            if accepted >= start:
+                hit = r
+                break
+        for k in JOINED:
+            row[k] = hit[k] if hit is not None else ""
+        matched += hit is not None
+    return matched
+
+
+JOIN_SLACK_S = 0.001  # the client stamps its start before connecting; the server, after
+
+
 def csv_fields(host: str, own: list[str], duration: str) -> list[str]:
     """A kind's CSV columns: the event, its host (named `host`), the kind's `own`, then the
     timing and outcome every open-loop kind records (its duration named `duration`)."""
@@ -226,6 +266,7 @@ class OpenLoop(ABC):
         try:
             mark(sock, self.ack_dscp)
             sock.bind((self.args.bind, 0))
+            ev["port"] = sock.getsockname()[1]  # the server's records name it (Served)
             sock.setblocking(False)
             await loop.sock_connect(sock, (self.peers[dst], self.port))
             reader, writer = await asyncio.open_connection(sock=sock)

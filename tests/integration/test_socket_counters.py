@@ -6,6 +6,8 @@ kernels counted (an independent count: the kernel's MIB, not the sockets)."""
 
 from __future__ import annotations
 
+import csv
+
 from tests.needs import need
 
 from .helpers import run_scenario
@@ -50,3 +52,12 @@ def test_a_lossy_low_class_shows_in_its_own_sockets_and_not_in_the_high_ones(tmp
     ratio = {k: v["retransmitted_segments"] / v["segments_sent"] for k, v in {**job, **web}.items()}
     assert ratio["high"] < 0.1 * ratio["low"], ratio
     assert low["timeout_time_s"] is not None and low["timeout_time_s"] >= 0.0  # Linux >= 6.7
+    # each flow's row carries its own sender's counters, found by the client's address and
+    # port in the server's record: every completed flow found one, and the flows that met a
+    # timeout are no more than the class's sockets counted
+    with open(tmp_path / "run" / "flows-web.csv", newline="") as f:
+        flows = [r for r in csv.DictReader(f) if r["completed"] == "True"]
+    assert flows and all(r["timeouts"].isdigit() for r in flows), flows[:3]
+    timed_out = s["web"]["fct_s"]["all"]["timed_out"]
+    assert timed_out == sum(int(r["timeouts"]) > 0 for r in flows if r["measured"] == "True")
+    assert timed_out <= high["timeouts"], (timed_out, high)

@@ -12,18 +12,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from testbed.window import Window
 from testbed.workloads import flows
 from testbed.workloads.incast.node import FIELDS as INCAST_FIELDS
 from testbed.workloads.incast.node import Aggregator
+from testbed.workloads.websearch.controller import fct_stats
 from testbed.workloads.websearch.node import FIELDS as WEBSEARCH_FIELDS
 from testbed.workloads.websearch.node import Generator
 
 
 def test_the_csv_columns_are_unchanged():
-    assert WEBSEARCH_FIELDS == ["id", "src", "dst", "size_bytes", "start", "lag_s", "end",
-                                "fct_s", "dscp", "completed", "bytes_received", "measured",
-                                "error"]  # fmt: skip
+    # web search's rows name the client's port since 2026-11-28 (flows.join_served)
+    assert WEBSEARCH_FIELDS == ["id", "src", "dst", "size_bytes", "port", "start", "lag_s",
+                                "end", "fct_s", "dscp", "completed", "bytes_received",
+                                "measured", "error"]  # fmt: skip
     assert INCAST_FIELDS == ["id", "aggregator", "responders", "fanout", "size_bytes", "start",
                              "lag_s", "end", "qct_s", "dscp", "completed", "bytes_received",
                              "measured", "error"]  # fmt: skip
@@ -39,13 +43,19 @@ def _run(
     node: type[flows.OpenLoop], cfg: dict[str, Any], out: Path
 ) -> tuple[str, list[dict[str, str]]]:
     """One 0.6 s window for host a (127.0.0.2) against servers on the other peers' addresses:
-    the node's banner and the rows of its CSV, each checked for what every event must hold."""
+    the node's banner and the rows of its CSV, each checked for what every event must hold.
+    Each server records its connections (flows.Served) beside `out`'s folder's
+    flows-<peer>.csv, as the peer's own node would."""
     args = argparse.Namespace(host="a", bind="127.0.0.2", out=out)
     client = node(args, cfg, None)
 
+    def server(name: str) -> Any:
+        served = flows.Served(flows.served_file(out.parent / f"flows-{name}.csv"))
+        return lambda r, w: flows.serve(r, w, 0, served)
+
     async def go() -> None:
         servers = [
-            await asyncio.start_server(lambda r, w: flows.serve(r, w, 0), addr, cfg["port"])
+            await asyncio.start_server(server(name), addr, cfg["port"])
             for name, addr in cfg["peers"].items()
             if name != "a"
         ]
@@ -77,6 +87,44 @@ def test_a_web_search_generator_writes_every_flow(tmp_path):
         assert float(r["fct_s"]) > 0
 
 
+def test_each_flow_finds_the_servers_record_of_its_connection(tmp_path):
+    """Over loopback TCP: every flow's row, joined by its source address and port, carries
+    the counters of the server socket that sent its bytes (nothing lost on loopback: no
+    timeout)."""
+    cfg = {"cdf": [[20_000, 0.0], [20_000, 1.0]], "peers": PEERS, "rate_per_host": 20.0,
+           "dscp": 0, "port": _free_port("127.0.0.3"), "seed": 1}  # fmt: skip
+    _, rows = _run(Generator, cfg, tmp_path / "flows-a.csv")
+    outs = [tmp_path / "flows-b.csv", tmp_path / "flows-c.csv"]
+    assert flows.join_served(rows, outs, PEERS) == len(rows)
+    for r in rows:
+        assert int(r["port"]) > 0 and r["timeouts"] == "0", r
+        assert int(r["retransmitted_segments"]) >= 0, r
+
+
+def test_a_reused_port_joins_the_connection_that_followed_the_flows_start(tmp_path):
+    """Hand-made records: host a's port 40000 served twice by b (at 10.0 and 20.0 s), once
+    by c; a flow that started at 19.9 s is the second connection, one at 9.99 s the first,
+    one without a port (its connection failed) none."""
+    path = flows.served_file(tmp_path / "flows-b.csv")
+    served = flows.Served(path)
+    served.f.close()
+    with open(path, "a", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["10.000000", "10.0.0.1", 40000, 5, True, 10, 0, 0, 0])
+        w.writerow(["20.000000", "10.0.0.1", 40000, 5, True, 12, 3, 1, 33])
+    rows = [
+        {"src": "a", "dst": "b", "port": "40000", "start": "19.9"},
+        {"src": "a", "dst": "b", "port": "40000", "start": "9.99"},
+        {"src": "a", "dst": "b", "port": "", "start": "12.0"},
+    ]
+    assert flows.join_served(rows, [tmp_path / "flows-b.csv"], {"a": "10.0.0.1"}) == 2
+    assert [(r["retransmitted_segments"], r["timeouts"]) for r in rows] == [
+        ("3", "1"),
+        ("0", "0"),
+        ("", ""),
+    ]
+
+
 def test_an_incast_aggregator_writes_every_query(tmp_path):
     cfg = {"peers": PEERS, "rate": 20.0, "fanout": 2, "size": 10_000, "name": "incast",
            "dscp": 0, "port": _free_port("127.0.0.3"), "seed": 1}  # fmt: skip
@@ -85,3 +133,21 @@ def test_an_incast_aggregator_writes_every_query(tmp_path):
     for r in rows:
         assert (r["aggregator"], r["fanout"], r["size_bytes"]) == ("a", "2", "20000")
         assert sorted(r["responders"].split()) == ["b", "c"] and float(r["qct_s"]) > 0
+
+
+def test_a_size_classs_flows_with_a_timeout_are_counted_beside_its_mean():
+    """Three completed small flows, one of whose senders timed out (it alone sets the mean:
+    (30 + 40 + 32,680) / 3 µs), a censored one, and a large flow without the join: the
+    small class counts 1, the large one cannot say (None)."""
+
+    def row(size, fct, timeouts, completed="True"):
+        return {"size_bytes": str(size), "fct_s": str(fct), "completed": completed,
+                "error": "", "timeouts": timeouts}  # fmt: skip
+
+    rows = [row(5_000, 30e-6, "0"), row(5_000, 40e-6, "0"), row(5_000, 32.68e-3, "1"),
+            row(5_000, "", "", completed="False"), row(20_000_000, 0.05, "")]  # fmt: skip
+    st = fct_stats(rows)
+    assert (st["small"]["count"], st["small"]["censored"], st["small"]["timed_out"]) == (3, 1, 1)
+    assert st["small"]["mean"] == pytest.approx((30e-6 + 40e-6 + 32.68e-3) / 3)
+    assert st["large"]["timed_out"] is None and st["medium"]["timed_out"] == 0
+    assert st["all"]["timed_out"] == 1

@@ -4,7 +4,9 @@ server, the schedule, the drain and `main` are workloads/flows.py's, shared with
 
 A flow is one fetch (flows.py): FCT = connect start → last byte received at the client, on the
 monotonic clock. Every flow is appended to a CSV when it ends, with how late it started after
-its Poisson arrival time (`lag_s`: a machine that cannot keep the load's clock shows here).
+its Poisson arrival time (`lag_s`: a machine that cannot keep the load's clock shows here), and
+the client's port, by which the server's record of the same connection (flows.Served: the
+sending socket's retransmissions and timeouts) is found.
 
 The random streams are seeded from (seed, host), so the same seed gives the same flows (ids,
 sizes, destinations, arrival times) on every run: runs can be compared flow by flow.
@@ -25,7 +27,7 @@ from testbed.metrics import size_class
 from testbed.workloads import flows
 from testbed.workloads.websearch.flowsizes import sample
 
-FIELDS = flows.csv_fields("src", ["dst", "size_bytes"], "fct_s")
+FIELDS = flows.csv_fields("src", ["dst", "size_bytes", "port"], "fct_s")
 
 
 def arrivals(
@@ -94,7 +96,7 @@ class Generator(flows.OpenLoop):
         metrics["fct"].labels(self.args.host, cls).observe(ev["duration"] / self.time_scale)
 
     def columns(self, ev: dict[str, Any]) -> list[Any]:
-        return [ev["dst"], ev["size"]]
+        return [ev["dst"], ev["size"], ev.get("port", "")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,11 +47,15 @@ def print_section(out: Console, name: str, w: dict[str, Any]) -> None:
         title=f"{who} flows started inside the measured window: {w['flows_measured']}, "
         f"of which censored (unfinished at the drain limit): {w['censored']}; class {w['class']}"
     )
-    for col in ("size class", "completed", "censored", "FCT mean (ms)", "p50 (ms)", "p99 (ms)"):
+    cols = ("size class", "completed", "censored", "FCT mean (ms)", "p50 (ms)", "p99 (ms)",
+            "with a timeout")  # fmt: skip
+    for col in cols:
         t.add_column(col, justify="right")
     for cls, st in w["fct_s"].items():
+        timed_out = st.get("timed_out")
         t.add_row(cls, str(st["count"]), str(st.get("censored", "–")), fmt_ms(st["mean"]),
-                  fmt_ms(st["p50"]), fmt_ms(st["p99"]))  # fmt: skip
+                  fmt_ms(st["p50"]), fmt_ms(st["p99"]),
+                  "–" if timed_out is None else str(timed_out))  # fmt: skip
     out.print(t)
 
 

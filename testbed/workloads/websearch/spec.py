@@ -181,7 +181,8 @@ def dilate(w: WebsearchWorkload, k: float) -> dict[str, Any]:
     return {"arrival_rate": w.d.arrival_rate / k}
 
 
-_FCT = {"count": "1", "censored": "1", "failed": "1", "mean": "s", "p50": "s", "p99": "s"}
+_FCT = {"count": "1", "censored": "1", "failed": "1", "mean": "s", "p50": "s", "p99": "s",
+        "timed_out": "1"}  # fmt: skip
 
 register(
     Kind(
