@@ -138,40 +138,41 @@ def served_counters(outs: Iterable[Path], window: Window) -> list[dict[str, int 
 JOINED = ("retransmitted_segments", "timeouts")
 
 
-def join_served(rows: list[dict[str, Any]], outs: Iterable[Path], ip_of: dict[str, str]) -> int:
-    """Each client row (a kind whose rows name `src`, `dst`, `port`, `start`) with the
-    counters of the server's socket that sent its bytes (Served, on host `dst`): the
-    connection accepted from the row's source address and port, at or after its start, the
-    first such. `ip_of`: a host's name to its data address. A row with no match (the server
-    died first, a connection that failed before its port was known) gets empty ones. Ports
-    come back after a connection closes, so the time keeps a reused port apart. How many rows
+def join_served(rows: list[dict[str, Any]], outs: dict[str, Path], ip_of: dict[str, str]) -> int:
+    """Each client row (a kind whose rows name `src`, `dst`, `port`, `start`, `end`) with
+    the counters of the server's socket that sent its bytes: in host `dst`'s records
+    (Served; `outs`: a host's name to its node's records), the connection accepted from the
+    row's source address and port between the row's start and end, each record taken once.
+    `ip_of`: a host's name to its data address. Ports come back after a connection closes,
+    so the times keep a reused port apart. A row gets empty counters where no record fits:
+    a connection that never connected (no port), a server that died first. How many rows
     matched."""
-    served: dict[tuple[str, str], list[tuple[float, dict[str, str]]]] = {}
-    for path in outs:
+    served: dict[tuple[str, str, str], list[tuple[float, dict[str, str]]]] = {}
+    for host, path in outs.items():
         try:
             with open(served_file(path), newline="") as f:
                 for r in csv.DictReader(f):
-                    key = (r["client"], r["client_port"])
+                    key = (host, r["client"], r["client_port"])
                     served.setdefault(key, []).append((float(r["accepted"]), r))
         except FileNotFoundError:
             continue
     for found in served.values():
         found.sort(key=lambda x: x[0])
     matched = 0
-    for row in rows:
-        hit = None
+    for row in sorted(rows, key=lambda r: float(r["start"])):
+        key = (row["dst"], ip_of.get(row["src"], ""), str(row.get("port", "")))
         start = float(row["start"]) - JOIN_SLACK_S
-        for accepted, r in served.get((ip_of.get(row["src"], ""), str(row.get("port", ""))), []):
-            if accepted >= start:
-                hit = r
-                break
+        end = float(row["end"]) + JOIN_SLACK_S if row.get("end") else float("inf")
+        found = served.get(key, [])
+        hit = next((k for k, (t, _) in enumerate(found) if start <= t <= end), None)
+        record = found.pop(hit)[1] if hit is not None else None
         for k in JOINED:
-            row[k] = hit[k] if hit is not None else ""
-        matched += hit is not None
+            row[k] = record[k] if record is not None else ""
+        matched += record is not None
     return matched
 
 
-JOIN_SLACK_S = 0.001  # the client stamps its start before connecting; the server, after
+JOIN_SLACK_S = 0.001  # clock reads apart: the client stamps its start before connecting
 
 
 def csv_fields(host: str, own: list[str], duration: str) -> list[str]:
@@ -266,9 +267,9 @@ class OpenLoop(ABC):
         try:
             mark(sock, self.ack_dscp)
             sock.bind((self.args.bind, 0))
-            ev["port"] = sock.getsockname()[1]  # the server's records name it (Served)
             sock.setblocking(False)
             await loop.sock_connect(sock, (self.peers[dst], self.port))
+            ev["port"] = sock.getsockname()[1]  # connected: the server's records name it
             reader, writer = await asyncio.open_connection(sock=sock)
             writer.write(HEADER.pack(size))
             await writer.drain()

@@ -267,7 +267,15 @@ def test_thesis_mini_end_to_end(tmp_path):
     assert h["iteration_time_s"]["mean"] >= 0.48
     assert {"mean", "p50", "p99"} <= set(h["iteration_time_s"])
     assert set(w["fct_s"]) == {"small", "medium", "large", "all"}
-    assert set(w["fct_s"]["all"]) == {"count", "censored", "failed", "mean", "p50", "p99"}
+    assert set(w["fct_s"]["all"]) == {
+        "count",
+        "censored",
+        "failed",
+        "mean",
+        "p50",
+        "p99",
+        "timed_out",
+    }
     # 60 s of 480 ms compute: at most 60 / 0.48 = 125 iterations per worker (broken: compute
     # skipped or shortened)
     its = rows(out / "iterations.csv")

@@ -29,9 +29,9 @@ def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """FCT per pFabric size class over the measured flows, with the flows that have no FCT
     counted beside the statistics: censored (still running when the drain limit ran out) and
     failed (a connection error). They must not vanish from the picture. `timed_out`: of the
-    completed flows, those whose sending socket had a retransmission timeout (None where no
-    row carries the count: a kernel before 6.7, or records without the join) — a few such
-    flows can set a class's mean."""
+    completed flows, those whose sending socket had a retransmission timeout (None unless
+    every one carries the count: a kernel before 6.7, records without the join, a server
+    that died first) — a few such flows can set a class's mean."""
     out = {}
     for cls in ("small", "medium", "large", "all"):
         mine = [r for r in rows if cls == "all" or size_class(int(r["size_bytes"])) == cls]
@@ -43,7 +43,7 @@ def fct_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "censored": sum(1 for r in mine if r["completed"] != "True" and not r.get("error")),
             "failed": sum(1 for r in mine if r["completed"] != "True" and r.get("error")),
             **{k: d[k] for k in ("mean", "p50", "p99")},
-            "timed_out": sum(c > 0 for c in known) if known or not done else None,
+            "timed_out": sum(c > 0 for c in known) if len(known) == len(done) else None,
         }
     return out
 
@@ -131,7 +131,7 @@ class Websearch(Controller):
         assert self.window is not None
         rows = sorted(self.records(), key=lambda r: float(r["start"]))
         ip_of = {h.name: str(h.data_ip) for h in self.hosts()}
-        join_served(rows, (p.out for p in self.procs), ip_of)
+        join_served(rows, {p.host.name: p.out for p in self.procs}, ip_of)
         with open(self.run_dir / self.flows_file, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=[*FIELDS, *JOINED])
             w.writeheader()
