@@ -136,6 +136,7 @@ def served_counters(outs: Iterable[Path], window: Window) -> list[dict[str, int 
 
 # the sending socket's counters a flow's row carries once joined (join_served)
 JOINED = ("retransmitted_segments", "timeouts")
+JOIN_SLACK_S = 0.001  # clock reads apart: the client stamps its start before connecting
 
 
 def join_served(rows: list[dict[str, Any]], outs: dict[str, Path], ip_of: dict[str, str]) -> int:
@@ -170,9 +171,6 @@ def join_served(rows: list[dict[str, Any]], outs: dict[str, Path], ip_of: dict[s
             row[k] = record[k] if record is not None else ""
         matched += record is not None
     return matched
-
-
-JOIN_SLACK_S = 0.001  # clock reads apart: the client stamps its start before connecting
 
 
 def csv_fields(host: str, own: list[str], duration: str) -> list[str]:

@@ -18,11 +18,11 @@ model then eats into a gap, not into the next job's phase).
 The workers keep to the plan (horovod_worker.Pacer): iteration i of a job starts no earlier
 than t0 + offset + i · P / n. What a late iteration does is the policy's `late`: `catch-up`
 starts it at once and keeps its place on the grid, so the slack that the margin leaves brings
-the job back onto it, a little each iteration; `skip` starts it at the next slot instead when
-it is later than the job's gap (the least free time the plan leaves between the end of one
-of the job's network arcs and the start of another job's on the circle), the lateness past
-which its phase would run into another job's. Catching up costs nothing while the lateness stays within the gap and
-collides beyond it; skipping costs one slot and never collides. The iteration's recorded time
+the job back onto it, a little each iteration; `skip` moves it on to the first slot it is
+within the job's gap of (the least free time the plan leaves between the end of one of the
+job's network arcs and the start of another job's on the circle: the lateness past which its
+phase would run into another job's). Catching up costs nothing while the lateness stays
+within the gap and collides beyond it; skipping costs a slot and never collides. The iteration's recorded time
 includes any wait for its slot: the job's throughput, not only its busy time. The summary
 counts, from rank 0's pace log, the iterations that began on their slot and the slots the job
 skipped.
@@ -70,7 +70,7 @@ class Slot:
     per_period: int  # n: the job's iterations per period
     offset_s: float
     overlap_s: float  # of its network time per period, how much the plan could not separate
-    gap_s: float = 0.0  # free time after its network phase, before the next on the circle
+    gap_s: float = 0.0  # how late it may start before an arc runs into another job's (_gaps)
 
     @property
     def slot_s(self) -> float:

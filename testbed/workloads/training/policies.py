@@ -146,9 +146,9 @@ class InterleavePolicy(BaseModel):
     late: Literal["catch-up", "skip"] = Field(
         "catch-up",
         description="an iteration that starts late: `catch-up` starts it at once and the "
-        "margin brings the job back onto its slots over the next iterations; `skip` starts it "
-        "at its next slot when it is later than the free time the plan leaves after the "
-        "job's network phase (a phase that late would run into another job's)",
+        "margin brings the job back onto its slots over the next iterations; `skip` moves it "
+        "on to the first slot it is within the job's gap of (the free time the plan leaves "
+        "after the job's network arcs: a phase later than that would run into another job's)",
     )
 
 
