@@ -504,9 +504,9 @@ def late_edges(window: Window, w0: Snapshot, w1: Snapshot) -> list[float]:
 
 
 def class_limit(s: Scenario) -> int:
-    """The port's limit in packets: the classes' shared one (the tc profile's shared_limit),
-    else the largest queue a class may hold, what a port whose classes shared one limit would
-    hold in all of them together."""
+    """The port's limit in packets: the classes' shared one (the tc profile's shared_limit;
+    a host's own port may hold less, host_limit a class), else the largest queue a class may
+    hold, what a port whose classes shared one limit would hold in all of them together."""
     if s.tc_profile.shared_limit is not None:
         return s.tc_profile.shared_limit
     return s.topology.queue_limit or max(c.limit for c in s.tc_profile.classes)

@@ -594,6 +594,12 @@ class _ScenarioFields(BaseModel):
                 "sets every class's own limit, and the tc profile's classes share one "
                 "(shared_limit); remove one of them",
             )
+        if self.tc_profile.host_limit is not None and self.topology.queue_limit is not None:
+            raise _FieldError(
+                ("topology", "queue_limit"),
+                "sets every class's own limit, and the tc profile sets the hosts' ports' "
+                "(host_limit); remove one of them",
+            )
         return self
 
     def timeline(self, t0: float = 0.0) -> Window:

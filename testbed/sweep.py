@@ -163,6 +163,7 @@ def _slug(values: list[str]) -> str:
 LATER_FIELDS: dict[tuple[str, ...], Any] = {
     ("topology", "link_mode"): "exact",
     ("tc_profile", "shared_limit"): None,
+    ("tc_profile", "host_limit"): None,
 }
 # the same, in every workload instance
 LATER_INSTANCE_FIELDS: dict[tuple[str, ...], Any] = {

@@ -22,6 +22,8 @@ the rates).
 A tc profile's `shared_limit` adds a BPF filter first on the root that drops an arrival when
 the classes hold that many packets together, and its counterpart on the far end of the link
 (shared_limit.py); the leaves then hold SHARED_HEADROOM more, so they never drop first.
+A profile's `host_limit` replaces both at a host's own port (host_port): each class holds
+that many there, and only switch ports share.
 
 A host's uplink queue sits on an ifb (topology.Link says why): its eth0 gets a clsact qdisc
 whose egress filter redirects every packet to the ifb, where the plan above is built.
@@ -247,6 +249,11 @@ def quantum_bytes(rate_bps: int, frame_bytes: int = 1500 + ETHERNET_HEADER) -> i
     return max(frame_bytes, min(200_000, round(rate_bps / 8 * QUANTUM_SECONDS)))
 
 
+def host_port(end: LinkEnd) -> bool:
+    """The queue of what a host sends: its own port (a NIC's), not a switch's."""
+    return end.tier == "host" and end.direction == "up"
+
+
 def plan_interface(
     end: LinkEnd, link: LinkSpec, profile: TcProfile, netem_available: bool
 ) -> InterfacePlan:
@@ -281,15 +288,17 @@ def plan_interface(
     objects.append(Htb(ROOT, default_minor))
     quantum = quantum_bytes(rate, link.frame_bytes)
     objects.append(HtbClass(CAP, ROOT, rate, rate, 0, burst, burst, quantum))
+    own = profile.host_limit if host_port(end) else None
+    shared = profile.shared_limit if own is None else None
     for i, cls in enumerate(profile.classes):
         minor = 0x10 + i
         classid = f"1:{minor:x}"
         leaf = f"{minor:x}:"
         guaranteed = max(8_000, round(rate * cls.guaranteed))
         objects.append(HtbClass(classid, CAP, guaranteed, rate, i, burst, burst, quantum))
-        limit = link.queue_limit or cls.limit
-        if profile.shared_limit is not None:
-            limit = profile.shared_limit + SHARED_HEADROOM
+        limit = own or link.queue_limit or cls.limit
+        if shared is not None:
+            limit = shared + SHARED_HEADROOM
         if use_netem:
             objects.append(
                 Netem(
@@ -313,9 +322,9 @@ def plan_interface(
                 objects.append(DscpFilter(ROOT, 10, classes[cls.name], d))
     feed: tuple[TcObject, ...] = (Clsact(), Redirect(end.index)) if end.port_index else ()
     far: tuple[TcObject, ...] = ()
-    if profile.shared_limit is not None:
+    if shared is not None:
         key = f"{end.netns}/{end.ifname}"
-        objects.insert(1, SharedLimitIn(ROOT, 1, profile.shared_limit, key))
+        objects.insert(1, SharedLimitIn(ROOT, 1, shared, key))
         far = (*(() if end.far_clsact else (Clsact(),)), SharedLimitOut(key))
     return InterfacePlan(
         end, rate, tuple(objects), classes, leaves, tuple(notes), feed, far, link.frame_bytes,

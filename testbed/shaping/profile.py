@@ -101,6 +101,14 @@ class TcProfile(BaseModel):
         "when they hold this many, whatever its class (ns-3's PfifoFastQueueDisc, the "
         "thesis' port); the classes then take no limit of their own. Exact links only",
     )
+    host_limit: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="packets each class holds at a host's own port (the host's side of its "
+        "link, what it sends), instead of its limit or shared_limit there; switch ports keep "
+        "those (the thesis' simulator: 100 a band at its servers, 1000 shared at its ToR)",
+    )
 
     @field_validator("classes", mode="before")
     @classmethod

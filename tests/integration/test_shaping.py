@@ -159,7 +159,7 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path, mode):
     rate_at_least(up["low"]["rate_bps"], 0.5 * guaranteed, s, "the low class' guaranteed share")
 
 
-@pytest.mark.parametrize("profile", ["thesis-3band", "thesis-3band-shared"])
+@pytest.mark.parametrize("profile", ["thesis-3band", "thesis-3band-shared", "thesis-ns3"])
 def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, profile):
     """h1 sends a backlogged Reno flow in the high class and one in the low class to h2,
     through thesis-3band's bands: 1000 packets each of their own (thesis-3band), or 1000
@@ -170,7 +170,10 @@ def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, p
     count the last one in at once), its bands never drop on their own (each holds 1064), and
     the shared limit drops the arrivals. Broken looks like: the count not taken (the high band
     dropping at 1064, no shared drops) or never released (the port dropping everything after
-    its first 1000 packets: the high flow's rate collapses)."""
+    its first 1000 packets: the high flow's rate collapses). thesis-ns3 (the thesis'
+    simulator's ports): h1's uplink is h1's own port, whose bands hold 100 packets each and
+    share nothing, so the high band drops at 100 there and the port never holds more than the
+    two busy bands' 200; h2's downlink, a switch's port, shares 1000."""
     rate = 50_000_000
     s = run_scenario(
         tmp_path,
@@ -190,6 +193,10 @@ def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, p
     if profile == "thesis-3band":
         assert up["shared_limit_drops"] is None
         assert classes["high"]["drops"] > 0, classes
+    elif profile == "thesis-ns3":
+        assert up["shared_limit_drops"] is None and classes["high"]["drops"] > 0, up
+        assert q["max_packets"] <= 200, q
+        assert link(s, "h2", "down")["shared_limit_drops"] is not None
     else:
         assert all(c["drops"] == 0 for c in classes.values()), classes
         assert up["shared_limit_drops"] > 0, up

@@ -92,6 +92,31 @@ def test_a_shared_limit_counts_in_at_the_root_and_out_at_the_far_end():
     assert plan_interface(down, LinkSpec(10**8), profile("thesis-3band"), False).far == ()
 
 
+def test_a_hosts_own_port_keeps_its_own_limit_per_class_where_switch_ports_share():
+    """thesis-ns3, the thesis' simulator's ports: a server's port has three 100-packet bands
+    (no shared limit, nothing counted at the far end); the switch's port towards it shares
+    1000 (as thesis-3band-shared); a fabric link's uplink is a switch's port, so it shares."""
+    up = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0-up", 102, port="eth0", port_index=100,
+                 far_netns="tb-abcdef-sw", far_ifname="p1", far_index=7)  # fmt: skip
+    p = plan_interface(up, LinkSpec(10**8), profile("thesis-ns3"), False)
+    assert of(p, Fifo) == [Fifo(f"{m}:", f"1:{m}", 100) for m in (10, 11, 12)]
+    assert (of(p, SharedLimitIn), p.far, p.shared_limit) == ([], (), None)
+    down = LinkEnd("h1", "down", "tb-abcdef-sw", "p1", 7, far_netns="tb-abcdef-h1",
+                   far_ifname="eth0", far_index=100, far_clsact=True)  # fmt: skip
+    p = plan_interface(down, LinkSpec(10**8), profile("thesis-ns3"), False)
+    assert p.shared_limit == 1000 and p.far == (SharedLimitOut("tb-abcdef-sw/p1"),)
+    assert of(p, Fifo) == [Fifo(f"{m}:", f"1:{m}", 1064) for m in (10, 11, 12)]
+    fabric = LinkEnd("leaf1-spine1", "up", "tb-abcdef-leaf1", "s1", 9, tier="fabric",
+                     far_netns="tb-abcdef-spine1", far_ifname="l1", far_index=4)  # fmt: skip
+    assert (
+        plan_interface(fabric, LinkSpec(10**8), profile("thesis-ns3"), False).shared_limit == 1000
+    )
+    # without a shared limit, the host's port alone takes host_limit
+    data = {**load_profile_data("thesis-3band", None), "host_limit": 50}
+    p = plan_interface(up, LinkSpec(10**8), TcProfile.model_validate(data), False)
+    assert {f.limit for f in of(p, Fifo)} == {50}
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -462,6 +462,16 @@ def test_a_shared_limit_with_what_it_cannot_count_is_one_line(topology, message)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+def test_a_hosts_port_limit_with_every_class_limit_is_one_line():
+    profile = {"name": "p", "classes": [{"name": "a"}], "host_limit": 100}
+    data = {"name": "s", "topology": {"hosts": 2, "queue_limit": 100}, "tc_profile": profile}
+    with pytest.raises(ScenarioError) as e:
+        load_scenario_data(data, "s.yaml")
+    msg = str(e.value)
+    assert "topology.queue_limit: sets every class's own limit" in msg and "host_limit" in msg
+    assert "\n" not in msg, msg
+
+
 def test_a_shared_limit_profile_survives_the_round_trip_a_dilated_run_takes():
     """A dilated run's scenario is the dumped one loaded again (resolve.wall_scenario), and
     the dump gives every class its limit: the default, which a shared limit keeps."""

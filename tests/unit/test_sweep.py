@@ -293,7 +293,8 @@ def test_report_of_a_sweep_that_compares_nothing_lists_its_points(tmp_path):
 
 
 def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
-    """topology.link_mode and the tc profile's shared_limit came after sweeps had run: at
+    """topology.link_mode and the tc profile's shared_limit and host_limit came after sweeps
+    had run: at
     their defaults (what every run did before), a point's identity is the hash of the
     scenario without them, as it was then."""
     import hashlib
@@ -304,10 +305,12 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
         data.pop(k, None)
     del data["topology"]["link_mode"]
     assert data["tc_profile"].pop("shared_limit") is None
+    assert data["tc_profile"].pop("host_limit") is None
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert sw.identity_of(s) == before
     assert sw.identity_of(with_overrides(s, {"topology.link_mode": "fast"})) != before
     assert sw.identity_of(with_overrides(s, {"tc_profile": "thesis-3band-shared"})) != before
+    assert sw.identity_of(with_overrides(s, {"tc_profile": "thesis-ns3"})) != before
 
 
 def test_a_training_policy_at_its_default_keeps_finished_points_finished():
@@ -321,7 +324,7 @@ def test_a_training_policy_at_its_default_keeps_finished_points_finished():
     for k in ("name", "description"):
         data.pop(k, None)
     del data["topology"]["link_mode"]
-    del data["tc_profile"]["shared_limit"]
+    del data["tc_profile"]["shared_limit"], data["tc_profile"]["host_limit"]
     assert data["workloads"]["horovod"].pop("policy") == {"kind": "static"}
     web = data["workloads"]["websearch"]
     assert web.pop("demote") is None and web["derived"].pop("demote_dscp") is None
