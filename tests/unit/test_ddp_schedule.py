@@ -144,3 +144,42 @@ def test_ranks_agree_on_every_buffer_though_their_readiness_differs(queue, fusio
     for r in range(3):
         assert [i for i, _, _ in rows[r].rows] == [0, 1, 2, 3]
         assert all(took >= c - 0.002 and c == pytest.approx(compute) for _, took, c in rows[r].rows)
+
+
+def test_ranks_that_began_an_iteration_on_different_slots_meet_on_the_same_slots(tmp_path):
+    """Policy interleave on the thesis' schedule: rank 1's pacer starts a slot ahead of rank
+    0's (as after a lateness judged differently), slots every 60 ms. The slot rides on the
+    first round's vote, so from the iteration after the one whose vote is read, both ranks
+    begin on the same slot; without the agreement they would stay one apart."""
+    import csv
+
+    from testbed.workloads.training.horovod_worker import Pacer
+
+    torch = need("torch", "torch is installed by install.sh")
+    group = FakeGroup(2, torch, seconds_per_mb=0.004)
+    cfg = _cfg([0.25, 0.25], queue="priority", fusion="static", barrier=False, iterations=5)
+    t0 = time.time() + 0.2
+    pace = {"pace": {"offset_s": 0.0, "period_s": 0.06, "skip_after_s": 0.01}}
+    pacers = [Pacer(pace, t0, tmp_path / f"{r}.csv") for r in range(2)]
+    pacers[1].slot = 1
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            ddp_schedule.scheduled(cfg, group.rank(r), torch, Rows(), None, pacer=pacers[r])  # type: ignore[arg-type]
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and not group.mismatch, (errors, group.mismatch)
+    for p in pacers:
+        p._file.close()
+    slots = [
+        [int(x["slot"]) for x in csv.DictReader((tmp_path / f"{r}.csv").open())] for r in range(2)
+    ]
+    assert slots[0][0] == 0 and slots[1][0] == 1, slots
+    assert slots[0][1:] == slots[1][1:], slots  # iteration 0's vote is read before iteration 1

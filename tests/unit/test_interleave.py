@@ -5,7 +5,9 @@ apart on one period, checked against placements worked out by hand; the worker's
 from __future__ import annotations
 
 import csv
+import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
 from testbed.workloads.training.horovod_worker import Pacer
 from testbed.workloads.training.interleave import GRID, Profile, keeping, plan, plan_for
+from tests.needs import need
 
 
 def test_three_jobs_that_fit_the_period_take_turns_with_the_free_time_shared_out():
@@ -239,3 +242,80 @@ def test_a_ranking_the_loader_cannot_make_is_one_line_naming_the_field(over, mes
     with pytest.raises(ScenarioError) as e:
         _jobs(**over)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_rank_behind_the_latest_slot_of_an_iteration_moves_its_grid_on_once(tmp_path):
+    """Two ranks of one job, slots every 0.05 s. Rank b began iteration 0 a slot later than
+    rank a (it judged a lateness differently). When the vote of iteration 0 comes back (the
+    latest slot, 1), a, which has begun iteration 1 meanwhile (a lag of two iterations), moves
+    its next slot on by one and counts iteration 1 as begun a slot later too, so iteration 1's
+    vote moves nothing: from iteration 2 on both ranks begin on the same slots. b, at the
+    latest, never moves."""
+    t0 = time.time()
+    cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01}}
+    a, b = Pacer(cfg, t0), Pacer(cfg, t0)
+    b.slot = 1  # b is a slot ahead
+    for p in (a, b):
+        p.wait()
+        p.wait()
+    assert (a.slot_of(0), b.slot_of(0), a.slot_of(1), b.slot_of(1)) == (0, 1, 1, 2)
+    for i in (0, 1):
+        latest = max(a.slot_of(i), b.slot_of(i))
+        a.agree(i, latest)
+        b.agree(i, latest)
+    assert a.slot == b.slot == 3
+    for p in (a, b):
+        p.wait()
+    assert a.slot_of(2) == b.slot_of(2) == 3
+    assert a.slot_of(0) == 0  # an iteration agreed on is forgotten
+
+
+class _FakeHvd:
+    """Two ranks' Horovod, as far as the stop vote uses it: allreduce_async by name, MAX."""
+
+    Max = "max"
+
+    def __init__(self, torch: Any) -> None:
+        self.torch, self.cv, self.got = torch, threading.Condition(), {}
+
+    def allreduce_async(self, t: Any, name: str, op: Any) -> str:
+        with self.cv:
+            self.got.setdefault(name, []).append(t.clone())
+            self.cv.notify_all()
+        return name
+
+    def synchronize(self, name: str) -> Any:
+        with self.cv:
+            assert self.cv.wait_for(lambda: len(self.got[name]) == 2, timeout=10), name
+            return self.torch.stack(self.got[name]).max(0).values
+
+
+def test_horovods_stop_vote_carries_the_slot_and_brings_a_rank_behind_onto_it():
+    """horovod_worker.StopVote with lag 2 (no barrier): rank 1 begins a slot ahead; iteration
+    0's vote, read before iteration 2, moves rank 0 on by one, and from then on both ranks
+    begin on the same slots."""
+    torch = need("torch", "torch is installed by install.sh")
+    from testbed.workloads.training.horovod_worker import StopVote
+
+    hvd = _FakeHvd(torch)
+    cfg = {"pace": {"offset_s": 0.0, "period_s": 0.03, "skip_after_s": 0.01}}
+    t0 = time.time()
+    pacers = [Pacer(cfg, t0), Pacer(cfg, t0)]
+    pacers[1].slot = 1
+    began: list[list[int]] = [[], []]
+
+    def rank(r: int) -> None:
+        vote = StopVote(hvd, torch, lag=2, pacer=pacers[r])
+        for i in range(5):
+            assert not vote.stop()
+            pacers[r].wait()
+            began[r].append(pacers[r].slot - 1)
+            vote.submit(i, time.time())
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert began[0][:2] == [0, 1] and began[1][:2] == [1, 2], began
+    assert began[0][2:] == began[1][2:], began

@@ -35,8 +35,9 @@ time the model does not have; once all of an iteration's buffers are agreed read
 choices need no round. fifo with fixed buffers is deterministic by construction (the next
 buffer in readiness order, waited for locally; the collective waits for the slowest rank),
 so it has one round per iteration only. That first round also carries each rank's stop vote
-(min of −vote = −max), read before the next iteration starts, so every rank stops after the
-same one. The worker prints its rounds and their durations in its log when it ends.
+(min of −vote = −max) and the slot it began the iteration at (policy interleave:
+horovod_worker.Pacer), read before the next iteration starts, so every rank stops after the
+same one and the ranks keep to the same slots. The worker prints its rounds and their durations in its log when it ends.
 """
 
 from __future__ import annotations
@@ -138,8 +139,8 @@ class Ring:
         self.ready = 0  # units ready here in iteration `ready_iter`, in readiness order
         self.ready_iter = -1
         self.done = [-1] * n_layers  # the last iteration whose reduction of layer j ended
-        self.flags: dict[int, bool] = {}  # this rank's stop vote per iteration
-        self.votes: dict[int, bool] = {}  # the agreed vote per iteration
+        self.flags: dict[int, tuple[bool, int]] = {}  # this rank's stop vote and slot
+        self.votes: dict[int, tuple[bool, int]] = {}  # the agreed ones (any stop, latest slot)
         self.closing = False
         self.error: BaseException | None = None
         self.rounds: list[float] = []  # each agreement round's duration here
@@ -155,7 +156,9 @@ class Ring:
         self.thread.start()
 
     # the main thread's side
-    def mark(self, i: int, count: int, flag: bool | None = None) -> None:
+    def mark(self, i: int, count: int, flag: tuple[bool, int] | None = None) -> None:
+        """`flag`: with the first unit of iteration i, this rank's stop vote and the slot it
+        began the iteration at (horovod_worker.Pacer.slot_of)."""
         with self.cv:
             if flag is not None:
                 self.flags[i] = flag
@@ -175,7 +178,9 @@ class Ring:
     def wait_all(self, i: int) -> None:
         self._wait(lambda: min(self.done) >= i)
 
-    def stop_vote(self, i: int) -> bool:
+    def stop_vote(self, i: int) -> tuple[bool, int]:
+        """Iteration i's agreed vote: whether any rank votes to stop, and the latest slot a
+        rank began it at."""
         self._wait(lambda: i in self.votes)
         with self.cv:
             return self.votes.pop(i)
@@ -233,20 +238,21 @@ class Ring:
         return True
 
     def _agree(self, it: int, local: int, first: bool) -> int:
-        """MIN over the ranks of the ready count (and, in the first round, of −stop vote)."""
+        """MIN over the ranks of the ready count (and, in the first round, of −stop vote and
+        −slot: any stop, the latest slot)."""
         t0 = time.perf_counter()
         with self.cv:
-            flag = self.flags.pop(it, False) if first else False
-        t = self.torch.tensor([local, -1 if flag else 0], dtype=self.torch.int64)
+            flag, slot = self.flags.pop(it, (False, 0)) if first else (False, 0)
+        t = self.torch.tensor([local, -1 if flag else 0, -slot], dtype=self.torch.int64)
         t = t.to(self.device)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
-        agreed, vote = int(t[0].item()), bool(t[1].item() < 0)
+        agreed, vote, latest = t.tolist()
         self.rounds.append(time.perf_counter() - t0)
         if first:
             with self.cv:
-                self.votes[it] = vote
+                self.votes[it] = (vote < 0, -latest)
                 self.cv.notify_all()
-        return agreed
+        return int(agreed)
 
     def _reduce(self, layers: list[int], cls: int = 0) -> None:
         """One all-reduce (sum, then / world: the average) of these layers' gradients, over
@@ -299,14 +305,20 @@ def scheduled(
     i = 0
     try:
         while limit is None or i < limit:
-            if i > 0 and ring.stop_vote(i - 1):
-                break
+            if i > 0:
+                stop, latest = ring.stop_vote(i - 1)
+                if stop:
+                    break
+                pacer.agree(i - 1, latest)
             start = Stamp()
             if pending is not None:
                 rec.add(pending[0], pending[1], start, pending[2])
                 pending = None
             pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
-            flag: bool | None = FINISH.is_set() or end.late(start.wall, lag=1)
+            flag: tuple[bool, int] | None = (
+                FINISH.is_set() or end.late(start.wall, lag=1),
+                pacer.slot_of(i),
+            )
             compute = 0.0
             for j, (_, _, fwd, _) in enumerate(layers):
                 ring.wait_layer(j, i - 1)

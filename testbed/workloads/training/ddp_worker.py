@@ -16,9 +16,10 @@ synthetic: real float32 gradients with the layer sizes of the profile, compute e
 real: DistributedDataParallel around a small CNN on random data (CPU), bucket_cap_mb from the
   scenario.
 
-Stop: as Horovod's, a one-element MAX allreduce per iteration carries each rank's "stop" vote
-(SIGUSR1, or the next iteration would start after the run's end), read one iteration later,
-so every rank stops after the same iteration.
+Stop: as Horovod's, a MAX allreduce per iteration carries each rank's "stop" vote (SIGUSR1,
+or the next iteration would start after the run's end) and, under policy interleave, the slot
+it began that iteration at (horovod_worker.Pacer), read one iteration later, so every rank
+stops after the same iteration and the ranks keep to the same slots.
 """
 
 from __future__ import annotations
@@ -53,24 +54,37 @@ from testbed.workloads.training.models import buckets_for
 
 
 class StopVote:
-    def __init__(self, dist: Any, torch: Any, deadline: float | None, device: Any = None) -> None:
+    """horovod_worker.StopVote's, with the same slot riding on it (Pacer.agree)."""
+
+    def __init__(
+        self,
+        dist: Any,
+        torch: Any,
+        deadline: float | None,
+        device: Any = None,
+        pacer: Pacer = NO_PACE,
+    ) -> None:
         self.dist, self.torch = dist, torch
         self.end = EndGuess(deadline)
         self.device = device  # nccl reduces CUDA tensors only
-        self.pending: deque[tuple[Any, Any]] = deque()
+        self.pacer = pacer
+        self.pending: deque[tuple[int, Any, Any]] = deque()
 
-    def submit(self, started: float) -> None:
+    def submit(self, i: int, started: float) -> None:
         late = self.end.late(started, lag=1)
-        flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0], device=self.device)
-        work = self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX, async_op=True)
-        self.pending.append((work, flag))
+        vote = [1.0 if FINISH.is_set() or late else 0.0, float(self.pacer.slot_of(i))]
+        t = self.torch.tensor(vote, device=self.device)
+        work = self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, async_op=True)
+        self.pending.append((i, work, t))
 
     def stop(self) -> bool:
         if not self.pending:
             return False
-        work, flag = self.pending.popleft()
+        i, work, t = self.pending.popleft()
         work.wait()
-        return bool(flag.item() > 0)
+        flag, slot = t.tolist()
+        self.pacer.agree(i, int(slot))
+        return flag > 0
 
 
 def class_groups(
@@ -115,7 +129,7 @@ def synthetic(
     last_of = {b[-1]: k for k, b in enumerate(plan)}  # backward reaches a bucket's last layer
     world = dist.get_world_size()
     clock = Clock()
-    vote = StopVote(dist, torch, deadline, device)
+    vote = StopVote(dist, torch, deadline, device, pacer)
     limit = cfg.get("iterations")
     i = 0
     while limit is None or i < limit:
@@ -135,7 +149,7 @@ def synthetic(
             if k is not None:
                 works.append(dist.all_reduce(flat[k], async_op=True))
                 if k == 0:
-                    vote.submit(start.wall)
+                    vote.submit(i, start.wall)
         for w in works:  # DDP's finalize: the step needs every averaged gradient
             w.wait()
         for t in flat:
@@ -173,7 +187,7 @@ def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: fl
         if device.type == "cuda":  # backward() returns once its kernels are queued
             torch.cuda.current_stream().synchronize()
         compute = time.perf_counter() - t0
-        vote.submit(start.wall)
+        vote.submit(i, start.wall)
         opt.step()
         if device.type == "cuda":
             torch.cuda.synchronize()

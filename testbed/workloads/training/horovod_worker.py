@@ -172,21 +172,36 @@ class StopVote:
     run on its own, as the load generators stop starting flows, instead of `lag` iterations
     after the orchestrator asks."""
 
-    def __init__(self, hvd: Any, torch: Any, lag: int, deadline: float | None = None) -> None:
+    def __init__(
+        self,
+        hvd: Any,
+        torch: Any,
+        lag: int,
+        deadline: float | None = None,
+        pacer: Pacer | None = None,
+    ) -> None:
+        """`pacer`: its slots ride on the vote (Pacer.agree)."""
         self.hvd, self.torch, self.lag = hvd, torch, lag
         self.end = EndGuess(deadline)
-        self.handles: deque[Any] = deque()
+        self.pacer = pacer or NO_PACE
+        self.handles: deque[tuple[int, Any]] = deque()
 
     def submit(self, i: int, started: float) -> None:
         """`started`: the wall time at which iteration i started."""
         late = self.end.late(started, self.lag)
-        flag = self.torch.tensor([1.0 if FINISH.is_set() or late else 0.0])
-        self.handles.append(self.hvd.allreduce_async(flag, name=f"stop.{i}", op=self.hvd.Max))
+        vote = [1.0 if FINISH.is_set() or late else 0.0, float(self.pacer.slot_of(i))]
+        handle = self.hvd.allreduce_async(
+            self.torch.tensor(vote), name=f"stop.{i}", op=self.hvd.Max
+        )
+        self.handles.append((i, handle))
 
     def stop(self) -> bool:
         if len(self.handles) < self.lag:
             return False
-        return bool(self.hvd.synchronize(self.handles.popleft()).item() > 0)
+        i, handle = self.handles.popleft()
+        flag, slot = self.hvd.synchronize(handle).tolist()
+        self.pacer.agree(i, int(slot))
+        return flag > 0
 
 
 class Clock:
@@ -222,11 +237,17 @@ class Pacer:
     t0 + offset + i · period, on the wall clock every job's workers share. A late iteration
     starts at once and keeps its index, so the slack between period and iteration time brings
     the job back onto its slot; with `skip_after_s`, one later than that moves on to the first
-    slot it is no more than `skip_after_s` late for, waiting for it if it has not come (a
-    point of the grid, so ranks that judged the same lateness differently meet again at the
-    next iteration). Each iteration's slot goes to `log` (slot index, its time, when the
-    iteration began, how late for that slot, slots skipped). Without `pace` in the config it
-    never waits."""
+    slot it is no more than `skip_after_s` late for, waiting for it if it has not come. Each
+    iteration's slot goes to `log` (slot index, its time, when the iteration began, how late
+    for that slot, slots skipped). Without `pace` in the config it never waits.
+
+    Each rank judges its lateness on its own clock, and the ranks of a ring do not leave an
+    all-reduce at the same moment (the last chunk reaches one before the other), so near the
+    limit they may choose different slots; the one that waits then sends late, and the other
+    finishes late in turn, which kept a job's two ranks a slot apart for the rest of a run
+    (2026-11-29). So the ranks agree: each iteration's slot travels with the stop vote (a MAX
+    over the ranks, `slot_of`), and when the vote is read (`agree`) a rank that began that
+    iteration on an earlier slot than another moves its grid on by the difference."""
 
     def __init__(self, cfg: dict[str, Any], t0: float, log: Path | None = None) -> None:
         pace = cfg.get("pace")
@@ -235,6 +256,8 @@ class Pacer:
         skip = pace.get("skip_after_s") if pace else None
         self.skip_after = None if skip is None else float(skip)
         self.slot = 0  # the next iteration's slot: base + slot · period
+        self.iteration = 0  # the next iteration's index
+        self.began: dict[int, int] = {}  # iteration → its slot, until the ranks agree on it
         self.log = None
         if pace and log is not None:
             self._file = open(log, "w", newline="")  # noqa: SIM115 - lives as long as the process
@@ -263,7 +286,25 @@ class Pacer:
                 [self.slot, f"{at:.6f}", f"{began:.6f}", f"{max(0.0, late):.6f}", skipped]
             )  # late: after the slot it began in
             self._file.flush()
+        self.began[self.iteration] = self.slot
+        self.iteration += 1
         self.slot += 1
+
+    def slot_of(self, i: int) -> int:
+        """The slot iteration i began at (0 without pacing): what this rank votes."""
+        return self.began.get(i, 0)
+
+    def agree(self, i: int, latest: int) -> None:
+        """`latest`: the latest slot any rank began iteration i at. Behind it, this rank moves
+        its grid on by the difference, and counts the iterations it has begun since as begun
+        that much later too (so their votes do not move it again)."""
+        own = self.began.pop(i, None)
+        if own is None or latest <= own:
+            return
+        d = latest - own
+        self.slot += d
+        for k in self.began:
+            self.began[k] += d
 
 
 NO_PACE = Pacer({}, 0.0)
@@ -319,7 +360,7 @@ def synthetic(
     handles: list[Any] = [None] * len(layers)
     clock = Clock()
     barrier = cfg["barrier"]
-    vote = StopVote(hvd, torch, lag=1 if barrier else 2, deadline=deadline)
+    vote = StopVote(hvd, torch, lag=1 if barrier else 2, deadline=deadline, pacer=pacer)
     limit = cfg.get("iterations")
     # Without a barrier an iteration ends where the next one starts (its gradients are waited
     # for during the next forward), so it is recorded one iteration late.
