@@ -282,4 +282,3 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
     assert rep.returncode == 0, rep.stderr
     assert "policy interleave: 3 jobs on a" in rep.stdout
     assert "of its iterations began on their slot" in rep.stdout
-
