@@ -4,14 +4,17 @@ that matches calls by order as Gloo does and fails on a mismatch."""
 
 from __future__ import annotations
 
+import csv
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from testbed.workloads.training import ddp_schedule
 from testbed.workloads.training.ddp_schedule import Plan, choose, plan_for
+from testbed.workloads.training.horovod_worker import Pacer
 from tests.needs import need
 
 MB = 1_000_000
@@ -110,6 +113,25 @@ class Rows:
         self.rows.append((i, end.mono - start.mono, compute))
 
 
+def _run_ranks(n: int, rank: Callable[[int], None], group: FakeGroup) -> None:
+    """rank(0) … rank(n − 1), each in its own thread, as the ranks of one job; fails on any
+    rank's error or on collectives that did not match."""
+    errors: list[BaseException] = []
+
+    def run(r: int) -> None:
+        try:
+            rank(r)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and not group.mismatch, (errors, group.mismatch)
+
+
 @pytest.mark.parametrize(
     ("queue", "fusion", "barrier"),
     [("priority", "static", False), ("fifo", "dynamic", True), ("priority", "dynamic", False),
@@ -125,21 +147,12 @@ def test_ranks_agree_on_every_buffer_though_their_readiness_differs(queue, fusio
     cfg = _cfg([0.5, 1, 0.25, 1, 0.5, 2, 0.25], queue=queue, fusion=fusion, barrier=barrier,
                fusion_threshold=1.5 * MB, iterations=4)  # fmt: skip
     rows = [Rows() for _ in range(3)]
-    errors: list[BaseException] = []
 
     def rank(r: int) -> None:
-        try:
-            time.sleep(0.007 * r)
-            ddp_schedule.scheduled(cfg, group.rank(r), torch, rows[r], deadline=None)  # type: ignore[arg-type]
-        except BaseException as e:
-            errors.append(e)
+        time.sleep(0.007 * r)
+        ddp_schedule.scheduled(cfg, group.rank(r), torch, rows[r], deadline=None)  # type: ignore[arg-type]
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors and not group.mismatch, (errors, group.mismatch)
+    _run_ranks(3, rank, group)
     compute = sum(x[2] + x[3] for x in cfg["layers"])
     for r in range(3):
         assert [i for i, _, _ in rows[r].rows] == [0, 1, 2, 3]
@@ -151,10 +164,6 @@ def test_ranks_that_began_an_iteration_on_different_slots_meet_on_the_same_slots
     0's (as after a lateness judged differently), slots every 60 ms. The slot rides on the
     first round's vote, so from the iteration after the one whose vote is read, both ranks
     begin on the same slot; without the agreement they would stay one apart."""
-    import csv
-
-    from testbed.workloads.training.horovod_worker import Pacer
-
     torch = need("torch", "torch is installed by install.sh")
     group = FakeGroup(2, torch, seconds_per_mb=0.004)
     cfg = _cfg([0.25, 0.25], queue="priority", fusion="static", barrier=False, iterations=5)
@@ -162,20 +171,11 @@ def test_ranks_that_began_an_iteration_on_different_slots_meet_on_the_same_slots
     pace = {"pace": {"offset_s": 0.0, "period_s": 0.06, "skip_after_s": 0.01}}
     pacers = [Pacer(pace, t0, tmp_path / f"{r}.csv") for r in range(2)]
     pacers[1].slot = 1
-    errors: list[BaseException] = []
 
     def rank(r: int) -> None:
-        try:
-            ddp_schedule.scheduled(cfg, group.rank(r), torch, Rows(), None, pacer=pacers[r])  # type: ignore[arg-type]
-        except BaseException as e:
-            errors.append(e)
+        ddp_schedule.scheduled(cfg, group.rank(r), torch, Rows(), None, pacer=pacers[r])  # type: ignore[arg-type]
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors and not group.mismatch, (errors, group.mismatch)
+    _run_ranks(2, rank, group)
     for p in pacers:
         p._file.close()
     slots = [
