@@ -270,6 +270,26 @@ def test_a_rank_behind_the_latest_slot_of_an_iteration_moves_its_grid_on_once(tm
     assert a.slot_of(0) == 0  # an iteration agreed on is forgotten
 
 
+def test_a_rank_that_caught_up_on_its_own_since_is_not_moved_again(tmp_path):
+    """As above, but a skipped onto b's grid by itself in iteration 1 (it began it at slot 2,
+    as b did). Iteration 0's vote then moves nothing: its next slot stays 3, b's too."""
+    t0 = time.time()
+    cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01}}
+    a, b = Pacer(cfg, t0), Pacer(cfg, t0)
+    b.slot = 1
+    for p in (a, b):
+        p.wait()
+    a.slot = 2  # a's own skip in iteration 1
+    for p in (a, b):
+        p.wait()
+    assert (a.slot_of(0), b.slot_of(0), a.slot_of(1), b.slot_of(1)) == (0, 1, 2, 2)
+    for i in (0, 1):
+        latest = max(a.slot_of(i), b.slot_of(i))
+        a.agree(i, latest)
+        b.agree(i, latest)
+    assert a.slot == b.slot == 3
+
+
 class _FakeHvd:
     """Two ranks' Horovod, as far as the stop vote uses it: allreduce_async by name, MAX."""
 

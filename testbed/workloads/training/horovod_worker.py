@@ -295,16 +295,18 @@ class Pacer:
         return self.began.get(i, 0)
 
     def agree(self, i: int, latest: int) -> None:
-        """`latest`: the latest slot any rank began iteration i at. Behind it, this rank moves
-        its grid on by the difference, and counts the iterations it has begun since as begun
-        that much later too (so their votes do not move it again)."""
+        """`latest`: the latest slot any rank began iteration i at. Behind it, this rank's
+        later iterations begin no earlier than a slot each after it: the next one at
+        `latest` + (iterations since i), and those it has begun since count as begun there
+        (so their votes do not move it again). A floor, not a shift: a rank that has skipped
+        onto the grid by itself since i is not moved again (moved by the difference, it would
+        land a slot ahead of the others, and they behind it in turn)."""
         own = self.began.pop(i, None)
         if own is None or latest <= own:
             return
-        d = latest - own
-        self.slot += d
         for k in self.began:
-            self.began[k] += d
+            self.began[k] = max(self.began[k], latest + k - i)
+        self.slot = max(self.slot, latest + self.iteration - i)
 
 
 NO_PACE = Pacer({}, 0.0)
