@@ -310,6 +310,8 @@ class LiveRun:
             "tcp_rcvbuf_bytes": s.topology.tcp_rcvbuf,  # None: the machine's autotuning
             "tcp_sndbuf_bytes": s.topology.tcp_sndbuf,  # None: the machine's autotuning
             "tcp_segment_bytes": s.topology.tcp_segment,  # None: the MTU's
+            "tcp_recovery": s.topology.tcp_recovery,
+            "tcp_idle_restart": s.topology.tcp_idle_restart,
             "link_mode": s.topology.link_mode,
             "started_at": m.window.t0,
             "window": {**m.window.summary(), "edges_late_s": m.late_edges},

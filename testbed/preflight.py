@@ -20,7 +20,7 @@ from testbed.errors import EnvironmentProblem, ScenarioError
 from testbed.runtime.kernel_probe import HOW, Capabilities, probe
 from testbed.scenario import TCP_MACHINE, Scenario
 from testbed.state import STATE_DIR, RunState, all_states
-from testbed.topology import name_of
+from testbed.topology import CLASSIC_RECOVERY, name_of
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,21 @@ def tcp_rto_min(s: Scenario) -> float:
             "later has it); leave tcp_rto_min out to keep the kernel's 200 ms"
         )
     return s.topology.tcp_rto_min
+
+
+def tcp_recovery(s: Scenario) -> None:
+    """topology.tcp_recovery: classic and tcp_idle_restart: false set per-namespace sysctls
+    (Linux 4.15 or later has them all); write_sysctl passes over absent ones, so say it here."""
+    keys = [*CLASSIC_RECOVERY[::2]] if s.topology.tcp_recovery == "classic" else []
+    if not s.topology.tcp_idle_restart:
+        keys.append("net.ipv4.tcp_slow_start_after_idle")
+    for key in keys:
+        if not Path("/proc/sys", key.replace(".", "/")).exists():
+            field = "tcp_idle_restart" if key.endswith("idle") else "tcp_recovery"
+            raise EnvironmentProblem(
+                f"topology.{field}: this kernel has no {key} (Linux 4.15 or later has it); "
+                f"leave {field} out to keep the kernel's own"
+            )
 
 
 def tcp_congestion(s: Scenario) -> str:

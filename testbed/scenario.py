@@ -211,6 +211,22 @@ class Topology(BaseModel):
         "at most this payload; it must fit the MTU with 52 B of IP and TCP headers; unset: "
         "the MTU's (1448 B at 1500)",
     )
+    tcp_recovery: Literal["linux", "classic"] = Field(
+        "linux",
+        description="how every host's TCP finds and repairs a loss. linux: the kernel's own "
+        "(RACK's time-based loss detection, tail-loss probes, F-RTO, undo on duplicate SACKs). "
+        "classic: fast retransmit after three duplicate ACKs (SACK-based), else the "
+        "retransmission timeout, as ns-3.30's default TcpClassicRecovery, which has none of "
+        "those (net.ipv4.tcp_recovery, tcp_early_retrans, tcp_frto, tcp_dsack all 0). Linux "
+        "still sizes its window in recovery by PRR and undoes a reduction its timestamps "
+        "prove needless: no knob turns those off",
+    )
+    tcp_idle_restart: bool = Field(
+        True,
+        description="whether a connection idle for longer than its retransmission timeout "
+        "starts again from its initial window (net.ipv4.tcp_slow_start_after_idle, RFC 2861; "
+        "Linux's default); ns-3.30 keeps its window (false)",
+    )
     prefix: Prefix = Field(
         ipaddress.IPv4Network("10.10.0.0/24"),
         description="data addresses (the shaped network); the default grows to fit the hosts",

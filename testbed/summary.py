@@ -110,6 +110,8 @@ class Summary(TypedDict, total=False):
     tcp_rcvbuf_bytes: Bytes | None  # None: the machine's autotuning
     tcp_sndbuf_bytes: Bytes | None
     tcp_segment_bytes: Bytes | None  # None: the MTU's
+    tcp_recovery: str  # linux | classic (topology.tcp_recovery)
+    tcp_idle_restart: bool
     link_mode: str
     started_at: float
     window: Window

@@ -164,6 +164,8 @@ LATER_FIELDS: dict[tuple[str, ...], Any] = {
     ("topology", "link_mode"): "exact",
     ("tc_profile", "shared_limit"): None,
     ("tc_profile", "host_limit"): None,
+    ("topology", "tcp_recovery"): "linux",
+    ("topology", "tcp_idle_restart"): True,
 }
 # the same, in every workload instance
 LATER_INSTANCE_FIELDS: dict[tuple[str, ...], Any] = {

@@ -51,6 +51,13 @@ Direction = Literal["up", "down"]
 Tier = Literal["host", "fabric"]
 Role = Literal["tor", "leaf", "spine"]
 
+# topology.tcp_recovery: classic, the sysctl pairs every host gets: no RACK loss detection, no
+# early retransmit or tail-loss probe, no F-RTO, no duplicate SACKs (so no undo on them)
+CLASSIC_RECOVERY = (
+    "net.ipv4.tcp_recovery", "0", "net.ipv4.tcp_early_retrans", "0",
+    "net.ipv4.tcp_frto", "0", "net.ipv4.tcp_dsack", "0",
+)  # fmt: skip
+
 IF_LO = 1
 IF_BRIDGE = 100  # a switch's br0
 IF_DATA = 100  # a host's eth0
@@ -183,6 +190,8 @@ class TopologyPlan:
     tcp_rcvbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
     tcp_sndbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
     tcp_advmss: int | None = None  # the MSS every host advertises on its data routes; None: MTU's
+    tcp_classic_recovery: bool = False  # topology.tcp_recovery: classic
+    tcp_idle_restart: bool = True  # the kernel's default
     mtu: int = 1500  # every data link; the management network keeps 1500
     fast: bool = False  # topology.link_mode: fast (offloads on, TCP's segments stay whole)
 
@@ -476,4 +485,6 @@ def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
         tcp_rcvbuf=s.topology.tcp_rcvbuf,
         tcp_sndbuf=s.topology.tcp_sndbuf,
         tcp_advmss=seg + TCP_TIMESTAMP_OPTION if (seg := s.topology.tcp_segment) else None,
+        tcp_classic_recovery=s.topology.tcp_recovery == "classic",
+        tcp_idle_restart=s.topology.tcp_idle_restart,
     )

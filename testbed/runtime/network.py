@@ -33,6 +33,7 @@ from testbed.shaping.plan import segments_per_packet
 from testbed.shaping.stats import ClassReader
 from testbed.state import RunState
 from testbed.topology import (
+    CLASSIC_RECOVERY,
     IF_BRIDGE,
     IF_DATA,
     IF_LO,
@@ -227,6 +228,10 @@ class Network:
             if p.tcp_sndbuf is not None:  # per namespace since Linux 4.15; no autotuning
                 b = str(p.tcp_sndbuf)  # past a fixed maximum
                 write_sysctl(h.netns, "net.ipv4.tcp_wmem", f"4096 {b} {b}")
+            if p.tcp_classic_recovery:  # per namespace (preflight checked they exist)
+                write_sysctl(h.netns, *CLASSIC_RECOVERY)
+            if not p.tcp_idle_restart:
+                write_sysctl(h.netns, "net.ipv4.tcp_slow_start_after_idle", "0")
         self._build_management()
 
     def _build_switch(self, sw: Switch, create: nl.Batch, configure: nl.Batch) -> None:

@@ -87,6 +87,10 @@ def test_defaults():
             lambda d: d["topology"].update(tcp_sndbuf="1KB"),
             "topology.tcp_sndbuf: must be ≥ 4096, got '1KB'",
         ),
+        (
+            lambda d: d["topology"].update(tcp_recovery="newreno"),
+            "topology.tcp_recovery: must be one of 'linux' or 'classic', got 'newreno'",
+        ),
         (lambda d: d.update(runtime="vm"), "runtime: must be one of 'netns' or 'docker', got 'vm'"),
         (lambda d: d.update(duration="-1s"), "duration: must be > 0"),
         (lambda d: d.pop("topology"), "topology: required field is missing"),

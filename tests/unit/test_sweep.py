@@ -293,10 +293,9 @@ def test_report_of_a_sweep_that_compares_nothing_lists_its_points(tmp_path):
 
 
 def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
-    """topology.link_mode and the tc profile's shared_limit and host_limit came after sweeps
-    had run: at
-    their defaults (what every run did before), a point's identity is the hash of the
-    scenario without them, as it was then."""
+    """topology.link_mode, tcp_recovery and tcp_idle_restart and the tc profile's shared_limit
+    and host_limit came after sweeps had run: at their defaults (what every run did before), a
+    point's identity is the hash of the scenario without them, as it was then."""
     import hashlib
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")
@@ -304,6 +303,8 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
     for k in ("name", "description"):
         data.pop(k, None)
     del data["topology"]["link_mode"]
+    assert data["topology"].pop("tcp_recovery") == "linux"
+    assert data["topology"].pop("tcp_idle_restart") is True
     assert data["tc_profile"].pop("shared_limit") is None
     assert data["tc_profile"].pop("host_limit") is None
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -311,6 +312,8 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
     assert sw.identity_of(with_overrides(s, {"topology.link_mode": "fast"})) != before
     assert sw.identity_of(with_overrides(s, {"tc_profile": "thesis-3band-shared"})) != before
     assert sw.identity_of(with_overrides(s, {"tc_profile": "thesis-ns3"})) != before
+    assert sw.identity_of(with_overrides(s, {"topology.tcp_recovery": "classic"})) != before
+    assert sw.identity_of(with_overrides(s, {"topology.tcp_idle_restart": False})) != before
 
 
 def test_a_training_policy_at_its_default_keeps_finished_points_finished():
@@ -323,7 +326,8 @@ def test_a_training_policy_at_its_default_keeps_finished_points_finished():
     data = s.model_dump(mode="json")
     for k in ("name", "description"):
         data.pop(k, None)
-    del data["topology"]["link_mode"]
+    for k in ("link_mode", "tcp_recovery", "tcp_idle_restart"):
+        del data["topology"][k]
     del data["tc_profile"]["shared_limit"], data["tc_profile"]["host_limit"]
     assert data["workloads"]["horovod"].pop("policy") == {"kind": "static"}
     web = data["workloads"]["websearch"]
