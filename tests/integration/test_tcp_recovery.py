@@ -47,9 +47,9 @@ def lossy_incast(tmp_path: Path, recovery: str) -> dict:
 
 
 def test_classic_recovery_repairs_tail_losses_by_timeouts_not_probes(tmp_path):
-    """Linux's own recovery sends tail-loss probes and duplicate SACKs where losses end a
-    response; classic recovery (ns-3.30's) has neither: what three duplicate ACKs do not
-    repair, the retransmission timeout does."""
+    """Linux's own recovery sends tail-loss probes where losses end a response; classic
+    recovery (ns-3.30's) has none: what three duplicate ACKs do not repair, the
+    retransmission timeout does."""
     linux, classic = (lossy_incast(tmp_path, r) for r in ("linux", "classic"))
     assert linux["tcp_recovery"] == "linux" and classic["tcp_recovery"] == "classic"
     for s in (linux, classic):
@@ -57,8 +57,10 @@ def test_classic_recovery_repairs_tail_losses_by_timeouts_not_probes(tmp_path):
         assert s["tcp"]["retransmitted_segments"] > 0, s["tcp"]  # the port did drop
     assert linux["tcp"]["loss_probes"] > 0, linux["tcp"]
     c = classic["tcp"]
-    assert c["loss_probes"] == 0 and c["dsacks_received"] == 0, c
-    assert c["spurious_timeouts"] == 0 and c["timeouts"] > 0, c
+    # no probe, no F-RTO (its spurious-timeout count). D-SACKs received are not asserted:
+    # a thesis run with tcp_dsack 0 in every host counted 54 (a sender reads some SACK
+    # blocks as duplicates by their position alone)
+    assert c["loss_probes"] == 0 and c["spurious_timeouts"] == 0 and c["timeouts"] > 0, c
 
 
 def cwnd_after_idle(topo, idle_s: float) -> tuple[int, int]:
