@@ -76,12 +76,13 @@ def tcp_rto_min(s: Scenario) -> float:
 def tcp_recovery(s: Scenario) -> None:
     """topology.tcp_recovery: classic and tcp_idle_restart: false set per-namespace sysctls
     (Linux 4.15 or later has them all); write_sysctl passes over absent ones, so say it here."""
-    keys = [*CLASSIC_RECOVERY[::2]] if s.topology.tcp_recovery == "classic" else []
+    wanted = []
+    if s.topology.tcp_recovery == "classic":
+        wanted = [("tcp_recovery", key) for key in CLASSIC_RECOVERY[::2]]
     if not s.topology.tcp_idle_restart:
-        keys.append("net.ipv4.tcp_slow_start_after_idle")
-    for key in keys:
+        wanted.append(("tcp_idle_restart", "net.ipv4.tcp_slow_start_after_idle"))
+    for field, key in wanted:
         if not Path("/proc/sys", key.replace(".", "/")).exists():
-            field = "tcp_idle_restart" if key.endswith("idle") else "tcp_recovery"
             raise EnvironmentProblem(
                 f"topology.{field}: this kernel has no {key} (Linux 4.15 or later has it); "
                 f"leave {field} out to keep the kernel's own"

@@ -244,25 +244,36 @@ def test_a_ranking_the_loader_cannot_make_is_one_line_naming_the_field(over, mes
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
-def test_a_rank_behind_the_latest_slot_of_an_iteration_moves_its_grid_on_once(tmp_path):
+def _two_ranks() -> tuple[Pacer, Pacer]:
+    """Two ranks of one job, slots every 0.05 s; b a slot ahead of a."""
+    cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01}}
+    t0 = time.time()
+    a, b = Pacer(cfg, t0), Pacer(cfg, t0)
+    b.slot = 1
+    return a, b
+
+
+def _vote(a: Pacer, b: Pacer, iterations: tuple[int, ...]) -> None:
+    """Each iteration's stop vote read back on both ranks: the latest slot either began it at."""
+    for i in iterations:
+        latest = max(a.slot_of(i), b.slot_of(i))
+        a.agree(i, latest)
+        b.agree(i, latest)
+
+
+def test_a_rank_behind_the_latest_slot_of_an_iteration_moves_its_grid_on_once():
     """Two ranks of one job, slots every 0.05 s. Rank b began iteration 0 a slot later than
     rank a (it judged a lateness differently). When the vote of iteration 0 comes back (the
     latest slot, 1), a, which has begun iteration 1 meanwhile (a lag of two iterations), moves
     its next slot on by one and counts iteration 1 as begun a slot later too, so iteration 1's
     vote moves nothing: from iteration 2 on both ranks begin on the same slots. b, at the
     latest, never moves."""
-    t0 = time.time()
-    cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01}}
-    a, b = Pacer(cfg, t0), Pacer(cfg, t0)
-    b.slot = 1  # b is a slot ahead
+    a, b = _two_ranks()
     for p in (a, b):
         p.wait()
         p.wait()
     assert (a.slot_of(0), b.slot_of(0), a.slot_of(1), b.slot_of(1)) == (0, 1, 1, 2)
-    for i in (0, 1):
-        latest = max(a.slot_of(i), b.slot_of(i))
-        a.agree(i, latest)
-        b.agree(i, latest)
+    _vote(a, b, (0, 1))
     assert a.slot == b.slot == 3
     for p in (a, b):
         p.wait()
@@ -270,23 +281,17 @@ def test_a_rank_behind_the_latest_slot_of_an_iteration_moves_its_grid_on_once(tm
     assert a.slot_of(0) == 0  # an iteration agreed on is forgotten
 
 
-def test_a_rank_that_caught_up_on_its_own_since_is_not_moved_again(tmp_path):
+def test_a_rank_that_caught_up_on_its_own_since_is_not_moved_again():
     """As above, but a skipped onto b's grid by itself in iteration 1 (it began it at slot 2,
     as b did). Iteration 0's vote then moves nothing: its next slot stays 3, b's too."""
-    t0 = time.time()
-    cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01}}
-    a, b = Pacer(cfg, t0), Pacer(cfg, t0)
-    b.slot = 1
+    a, b = _two_ranks()
     for p in (a, b):
         p.wait()
     a.slot = 2  # a's own skip in iteration 1
     for p in (a, b):
         p.wait()
     assert (a.slot_of(0), b.slot_of(0), a.slot_of(1), b.slot_of(1)) == (0, 1, 2, 2)
-    for i in (0, 1):
-        latest = max(a.slot_of(i), b.slot_of(i))
-        a.agree(i, latest)
-        b.agree(i, latest)
+    _vote(a, b, (0, 1))
     assert a.slot == b.slot == 3
 
 
