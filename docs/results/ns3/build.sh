@@ -78,4 +78,4 @@ echo "built $OUT/main_pfabric_flows_horovod"
 # The program prints its usage and exits 0 without --run_dir.
 "$OUT/main_pfabric_flows_horovod" | head -2 || true
 # A run: docs/results/ns3/run_cell.py writes a run folder with the thesis' own generator and
-# runs this binary on it (about 5 minutes of wall time per simulated second, on one core).
+# runs this binary on it (5 to 9 minutes of wall time per simulated second, on one core).

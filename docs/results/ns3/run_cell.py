@@ -89,8 +89,10 @@ def write_folder(gt: types.ModuleType, args: argparse.Namespace, run: Path) -> d
         )  # fmt: skip  (GT:196-202)
     else:  # --utilization 0: the job alone (not a cell of the thesis; its generator needs a rate)
         (run / "schedule_0.csv").write_text("")
-    return {"iteration_ms": it_ms, "flows_per_s": rate, "seed": seed,
-            "fusion": hv.fusion_buffer_size, "model_bytes": sum(hv.layer_size.values())}  # fmt: skip
+    return {"ratio": args.ratio, "utilization": args.utilization, "priority": args.priority,
+            "sim_s": args.sim_s, "run_idx": args.run_idx, "iteration_ms": it_ms,
+            "flows_per_s": rate, "seed": seed, "fusion": hv.fusion_buffer_size,
+            "model_bytes": sum(hv.layer_size.values())}  # fmt: skip
 
 
 def iterations(logs: Path, workers: int, layers: int) -> list[float]:
