@@ -127,10 +127,7 @@ def flows(logs: Path) -> dict[str, list[float]]:
 
 def p99(v: list[float]) -> float:
     """numpy.percentile(v, 99) (linear), as the thesis' generate_flow_stats."""
-    q = sorted(v)
-    x = 0.99 * (len(q) - 1)
-    i = int(x)
-    return q[i] + (q[min(i + 1, len(q) - 1)] - q[i]) * (x - i)
+    return statistics.quantiles(v, n=100, method="inclusive")[98] if len(v) > 1 else v[0]
 
 
 def main() -> None:
