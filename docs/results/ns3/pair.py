@@ -1,0 +1,47 @@
+"""Paired change of the iteration time between two runs of run_cell.py with the same seed
+(same flows): iteration k of one against iteration k of the other, (b - a) / a, its mean and a
+95 % t interval over the iterations, as thesis-exact.md reports them.
+
+    pair.py SAME/result.json LOW/result.json
+
+The ring moves in lockstep (every worker's k-th iteration is the same length: checked), so the
+iterations counted are one worker's, not all eight workers'.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+# Student's t, 97.5 % quantile, by degrees of freedom (no scipy in the environment).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+T975 |= {9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def per_iteration(path: Path, workers: int = 8) -> list[float]:
+    it = json.loads(path.read_text())["iterations_s"]
+    n = len(it) // workers
+    rows = [it[w * n : (w + 1) * n] for w in range(workers)]
+    if any(abs(x - y) > 1e-6 for row in rows for x, y in zip(row, rows[0], strict=True)):
+        sys.exit(f"{path}: the workers' iterations differ: not the lockstep ring this assumes")
+    return rows[0]
+
+
+def main() -> None:
+    if len(sys.argv) != 3:
+        sys.exit("usage: pair.py A/result.json B/result.json")
+    a, b = (per_iteration(Path(x)) for x in sys.argv[1:])
+    n = min(len(a), len(b))
+    change = [(y - x) / x for x, y in zip(a[:n], b[:n], strict=True)]
+    df = n - 1
+    t = T975[max(k for k in T975 if k <= df)]  # the next smaller df: a wider interval
+    half = t * statistics.stdev(change) / n**0.5
+    print(f"{n} iterations: {statistics.mean(a[:n]) * 1e3:.1f} -> {statistics.mean(b[:n]) * 1e3:.1f}"
+          f" ms, paired change {statistics.mean(change) * 100:+.1f} % +- {half * 100:.1f} %"
+          f" (95 %, t with {df} df)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
