@@ -522,19 +522,24 @@ def links_section(
     shared_drops: list[int | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Per direction and class: the queue's counters at the end (what `tc -s class show`
-    prints) and the mean rate over the measured window [w0, w1]; with a shared limit, the
+    prints) and the mean rates over the measured window [w0, w1], of bits and of packets (to
+    compare with what the hosts' sockets counted over the window); with a shared limit, the
     arrivals it dropped (whatever their class; None without one)."""
     out = []
     span = w1[0] - w0[0]
     for i, p in enumerate(plans):
         classes = {}
         for name, c in final[1][i].items():
-            moved = w1[1][i].get(name, {}).get("bytes", 0) - w0[1][i].get(name, {}).get("bytes", 0)
+            moved, sent = (
+                w1[1][i].get(name, {}).get(k, 0) - w0[1][i].get(name, {}).get(k, 0)
+                for k in ("bytes", "packets")
+            )
             classes[name] = {
                 "bytes": c["bytes"],
                 "packets": c["packets"],
                 "drops": c["drops"],
                 "rate_bps": round(moved * 8 / span) if span > 0 else None,
+                "packet_rate_hz": round(sent / span, 3) if span > 0 else None,
             }
         out.append(
             {

@@ -23,6 +23,7 @@ WallSeconds = Annotated[float, "wall"]
 Bytes = Annotated[int, "B"]
 Bps = Annotated[float, "bps"]
 Count = Annotated[int, "1"]
+Hz = Annotated[float, "hz"]
 Ratio = Annotated[float, "1"]
 
 
@@ -31,6 +32,7 @@ class ClassCounters(TypedDict):
     packets: Count
     drops: Count
     rate_bps: Bps
+    packet_rate_hz: Hz
 
 
 # one direction of one link, its counters per class of the tc profile (keyed by class name)

@@ -15,6 +15,7 @@ import pytest
 from testbed.workloads.training import ddp_schedule
 from testbed.workloads.training.ddp_schedule import Plan, choose, plan_for
 from testbed.workloads.training.horovod_worker import Pacer
+from tests.clocks import StepClock
 from tests.needs import need
 
 MB = 1_000_000
@@ -167,9 +168,9 @@ def test_ranks_that_began_an_iteration_on_different_slots_meet_on_the_same_slots
     torch = need("torch", "torch is installed by install.sh")
     group = FakeGroup(2, torch, seconds_per_mb=0.004)
     cfg = _cfg([0.25, 0.25], queue="priority", fusion="static", barrier=False, iterations=5)
-    t0 = time.time() + 0.2
+    t0 = StepClock().time()  # each rank on its own clock (tests/clocks.py)
     pace = {"pace": {"offset_s": 0.0, "period_s": 0.06, "skip_after_s": 0.01}}
-    pacers = [Pacer(pace, t0, tmp_path / f"{r}.csv") for r in range(2)]
+    pacers = [Pacer(pace, t0, tmp_path / f"{r}.csv", clock=StepClock(t0)) for r in range(2)]
     pacers[1].slot = 1
 
     def rank(r: int) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
 from testbed.workloads.training.horovod_worker import Pacer
 from testbed.workloads.training.interleave import GRID, Profile, keeping, plan, plan_for
+from tests.clocks import StepClock
 from tests.needs import need
 
 
@@ -87,20 +87,21 @@ def test_the_gap_is_measured_from_each_arc_to_the_other_jobs_arcs():
 
 
 def test_the_pacer_holds_each_iteration_to_its_slot_and_lets_a_late_one_go_at_once():
-    t0 = time.time()
-    p = Pacer({"pace": {"offset_s": 0.05, "period_s": 0.1}}, t0)
+    clock = StepClock()
+    t0 = clock.time()
+    p = Pacer({"pace": {"offset_s": 0.05, "period_s": 0.1}}, t0, clock=clock)
     p.wait()
-    assert time.time() - t0 >= 0.05
-    time.sleep(0.15)  # iteration 0 runs late, past iteration 1's slot at 0.15
-    before = time.time()
+    assert clock.time() - t0 == pytest.approx(0.05)
+    clock.sleep(0.15)  # iteration 0 runs late, past iteration 1's slot at 0.15
+    before = clock.time()
     p.wait()
-    assert time.time() - before < 0.05  # late: no wait (a wait would be 0.1 s)
+    assert clock.time() == before  # late: no wait (a wait would be 0.1 s)
     p.wait()  # iteration 2's slot: 0.25
-    assert time.time() - t0 >= 0.25
-    never = Pacer({}, t0)
-    before = time.time()
+    assert clock.time() - t0 == pytest.approx(0.25)
+    never = Pacer({}, t0, clock=clock)
+    before = clock.time()
     never.wait()
-    assert time.time() - before < 0.05
+    assert clock.time() == before
 
 
 def test_a_pacer_that_skips_waits_for_the_next_slot_and_logs_each_slot(tmp_path):
@@ -109,21 +110,23 @@ def test_a_pacer_that_skips_waits_for_the_next_slot_and_logs_each_slot(tmp_path)
     skipped); iteration 2 comes at 0.66, before its slot at 0.7: it waits; iteration 3 comes
     at 0.93, 0.03 late for 0.9 (within 0.08): it begins at once, catching up; iteration 4
     comes at 1.33, 0.23 late for 1.1 but only 0.03 for 1.3: it moves on to 1.3 and begins
-    at once. (Each outcome holds for arrivals 40 ms either side.)"""
-    t0 = time.time()
+    at once. Iterations 0, 2 (at 0.5) and 3 (at 0.7) begin on their slots: 3 of 5."""
+    clock = StepClock()
+    t0 = clock.time()
     log = tmp_path / "pace.csv"
-    p = Pacer({"pace": {"offset_s": 0.1, "period_s": 0.2, "skip_after_s": 0.08}}, t0, log)
+    cfg = {"pace": {"offset_s": 0.1, "period_s": 0.2, "skip_after_s": 0.08}}
+    p = Pacer(cfg, t0, log, clock=clock)
 
     def at(t: float) -> None:
-        time.sleep(max(0.0, t0 + t - time.time()))
+        clock.sleep(t0 + t - clock.time())
 
     p.wait()
     at(0.42)
     p.wait()
-    assert time.time() - t0 >= 0.5
+    assert clock.time() - t0 == pytest.approx(0.5)
     at(0.66)
     p.wait()
-    assert time.time() - t0 >= 0.7
+    assert clock.time() - t0 == pytest.approx(0.7)
     at(0.93)
     p.wait()
     at(1.33)
@@ -134,7 +137,9 @@ def test_a_pacer_that_skips_waits_for_the_next_slot_and_logs_each_slot(tmp_path)
     assert [float(r["slot_time"]) - t0 for r in rows] == pytest.approx(
         [0.1, 0.5, 0.7, 0.9, 1.3], abs=1e-5
     )
-    assert [float(r["began"]) - t0 for r in rows][3:] == pytest.approx([0.93, 1.33], abs=0.04)
+    assert [float(r["began"]) - t0 for r in rows] == pytest.approx(
+        [0.1, 0.5, 0.7, 0.93, 1.33], abs=1e-5
+    )
     assert keeping(rows, 0.2) == {"on_slot_share": 3 / 5, "slots_missed": 2}
 
 
@@ -247,8 +252,8 @@ def test_a_ranking_the_loader_cannot_make_is_one_line_naming_the_field(over, mes
 def _two_ranks() -> tuple[Pacer, Pacer]:
     """Two ranks of one job, slots every 0.05 s; b a slot ahead of a."""
     cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01}}
-    t0 = time.time()
-    a, b = Pacer(cfg, t0), Pacer(cfg, t0)
+    t0 = StepClock().time()
+    a, b = Pacer(cfg, t0, clock=StepClock(t0)), Pacer(cfg, t0, clock=StepClock(t0))
     b.slot = 1
     return a, b
 
@@ -324,8 +329,8 @@ def test_horovods_stop_vote_carries_the_slot_and_brings_a_rank_behind_onto_it():
 
     hvd = _FakeHvd(torch)
     cfg = {"pace": {"offset_s": 0.0, "period_s": 0.03, "skip_after_s": 0.01}}
-    t0 = time.time()
-    pacers = [Pacer(cfg, t0), Pacer(cfg, t0)]
+    t0 = StepClock().time()
+    pacers = [Pacer(cfg, t0, clock=StepClock(t0)), Pacer(cfg, t0, clock=StepClock(t0))]
     pacers[1].slot = 1
     began: list[list[int]] = [[], []]
 
@@ -335,7 +340,7 @@ def test_horovods_stop_vote_carries_the_slot_and_brings_a_rank_behind_onto_it():
             assert not vote.stop()
             pacers[r].wait()
             began[r].append(pacers[r].slot - 1)
-            vote.submit(i, time.time())
+            vote.submit(i, pacers[r].clock.time())
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
     for t in threads:
