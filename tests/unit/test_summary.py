@@ -38,7 +38,8 @@ BY_HAND = {
                "edges_late_s": ["wall"]},
     "host_cpu": {"cores": "1", "busy": "1", "steal": "1", "backlog_drops": "1"},
     "links": [{"rate_bps": "bps",
-               "classes": {CLASS: {"bytes": "B", "packets": "1", "drops": "1", "rate_bps": "bps"}},
+               "classes": {CLASS: {"bytes": "B", "packets": "1", "drops": "1", "rate_bps": "bps",
+                                  "packet_rate_hz": "hz"}},
                "shared_limit_drops": "1"}],
     "queues": {"limit_packets": "1", "samples": "1", "samples_over_limit": "1", "max_packets": "1"},
 }  # fmt: skip
