@@ -41,19 +41,13 @@ def main(src: Path) -> None:
         regex=True,
     )
 
-    # 2. ns-3.32 made PRR recovery and ns-3.34 CUBIC the defaults; the thesis ran ns-3.30.1's
-    #    TcpNewReno with TcpClassicRecovery (ns-3.30.1 tcp-l4-protocol.cc:84-86). Pin them where
-    #    the fork sets its other TCP defaults.
-    edit(
-        sim / "tcp-optimizer.cc",
-        r"(^\s*Config::SetDefault\(\"ns3::TcpSocketBase::ClockGranularity\".*?\n)",
-        r"\1"
-        '    Config::SetDefault("ns3::TcpL4Protocol::SocketType",\n'
-        '                       TypeIdValue(TypeId::LookupByName("ns3::TcpNewReno")));\n'
-        '    Config::SetDefault("ns3::TcpL4Protocol::RecoveryType",\n'
-        '                       TypeIdValue(TypeId::LookupByName("ns3::TcpClassicRecovery")));\n',
-        regex=True,
-    )
+    # 2. (none since 2026-12-02) ns-3.32 made PRR recovery and ns-3.34 CUBIC the defaults; the
+    #    thesis ran ns-3.30.1's TcpNewReno with TcpClassicRecovery (ns-3.30.1
+    #    tcp-l4-protocol.cc:84-86). A Config::SetDefault in TcpOptimizer, where the fork sets its
+    #    other TCP defaults, came too late for these two: main builds the topology (each node's
+    #    TcpL4Protocol, which reads SocketType and RecoveryType when it is created) before it
+    #    calls TcpOptimizer, so the runs of 2026-12-01 ran CUBIC with PRR. run_cell.py sets them
+    #    on the program's command line instead, which main parses before anything is built.
 
     # 3. g++ 12 no longer pulls <functional> in through <algorithm>.
     p = apps / "ringallreduce-syncer.h"

@@ -5,7 +5,8 @@ size (small <= 100 KB, large >= 10 MB, flows started 2 s after the start and 2 s
 last start, as its plot_pfabric_FCT.py).
 
     run_cell.py --checkout CHECKOUT --networkload NETWORKLOAD --binary BIN \
-        --ratio 2 --utilization 0.125 --priority low --run-idx 0 --out DIR [--sim-s 12]
+        --ratio 2 --utilization 0.125 --priority low --run-idx 0 --out DIR [--sim-s 12] \
+        [--tcp thesis|ns-3.37]
 
 Every value of the folder comes from the generator
 (runs/pfabric_flows_horovod/generate_traffic_and_run_pfabric_horovod.py, "GT"), imported from
@@ -32,6 +33,15 @@ import types
 from pathlib import Path
 
 PRIORITY = {"same": "0x10", "high": "0x10", "low": "0x08"}  # thesis 5.3: ToS 0x10 / 0x08
+# The thesis' TCP: ns-3.30.1's defaults (tcp-l4-protocol.cc:84-86), which ns-3.37 changed (PRR
+# in 3.32, CUBIC in 3.34). Set as defaults on the command line, which main parses before it
+# builds the nodes: their TcpL4Protocol reads both when it is created (port.py, edit 2).
+# "ns-3.37" runs the packaged defaults, as the runs of 2026-12-01 did.
+TCP = {
+    "thesis": ["--ns3::TcpL4Protocol::SocketType=ns3::TcpNewReno",
+               "--ns3::TcpL4Protocol::RecoveryType=ns3::TcpClassicRecovery"],
+    "ns-3.37": [],
+}  # fmt: skip
 MASTER_SEED = 123456789876  # GT:213 (expand_number_of_runs: master_seed + run index)
 
 
@@ -141,6 +151,8 @@ def main() -> None:
     p.add_argument("--run-idx", type=int, default=0, help="0, 1, 2 (GT:227 num_runs = 3)")
     p.add_argument("--sim-s", type=float, default=12.0)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tcp", choices=sorted(TCP), default="thesis",
+                   help="thesis: NewReno + classic recovery (default); ns-3.37: CUBIC + PRR")  # fmt: skip
     a = p.parse_args()
     gt = load_generator(a.checkout.resolve(), a.networkload.resolve())
     run = a.out.resolve()
@@ -148,12 +160,12 @@ def main() -> None:
     print("folder", run, facts, flush=True)
     t0 = time.monotonic()
     with open(run / "simulation.log", "w") as log:
-        subprocess.run([str(a.binary.resolve()), f"--run_dir={run}"], stdout=log,
+        subprocess.run([str(a.binary.resolve()), f"--run_dir={run}", *TCP[a.tcp]], stdout=log,
                        stderr=subprocess.STDOUT, check=True)  # fmt: skip
     wall = time.monotonic() - t0
     it = iterations(run / "logs_ns3", 8, 50)
     fl = flows(run / "logs_ns3") if facts["flows_per_s"] else {"unfinished": []}
-    result = {**facts, "wall_s": round(wall, 1), "iterations": len(it),
+    result = {**facts, "tcp": a.tcp, "wall_s": round(wall, 1), "iterations": len(it),
               "iteration_mean_s": statistics.mean(it), "iteration_median_s": statistics.median(it),
               "unfinished": len(fl["unfinished"]),
               "iterations_s": [round(x, 9) for x in it]}  # fmt: skip
