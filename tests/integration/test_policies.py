@@ -128,9 +128,10 @@ def test_layers_puts_the_first_layers_buffers_bytes_in_the_higher_class(tmp_path
     # their packets between the classes as the uplinks' class counters did over the same
     # window: every packet of a class leaves a host from one of its sockets (data and ACKs;
     # a few ARP packets besides, in the default class, high). Over the run instead, the wire
-    # counts the start and the idle end too (Horovod's background loop keeps exchanging
-    # while the workers wait for the go and after they stop), and drifts from the sockets'
-    # share with the run's pace: 0.157 over the run, 0.148 by the sockets in a slow CI run;
+    # also counts what the job sent outside the window (its start-up, the iterations before
+    # and after it, whatever its processes exchange until they are stopped), and drifts from
+    # the sockets' share with the run's pace: 0.157 over the run, 0.148 by the sockets in a
+    # slow CI run;
     # here 0.1632 by the sockets, 0.1632 by the wire over the window, 0.1564 over the run
     # (2026-12-02)
     t = h["tcp_by_class"]
