@@ -1,8 +1,9 @@
 """Port the thesis' simulator sources (hgao10/ns3, written for ns-3.30.1) to Debian's ns-3.37,
 editing a copy in place: `port.py <copy of simulator/src>`. Each edit names what it changes and
-why; none changes what is simulated except the pin of ns-3.30.1's TCP defaults, which 3.37
-changed (the thesis ran NewReno with classic recovery). No code of the fork is kept here: the
-edits find their places by pattern.
+why; none changes what is simulated. ns-3.30.1's TCP defaults, which 3.37 changed (the thesis
+ran NewReno with classic recovery), are set on the program's command line by run_cell.py, not
+here (edit 2 says why). No code of the fork is kept here: the edits find their places by
+pattern.
 """
 
 from __future__ import annotations
