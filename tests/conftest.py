@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.bounds import STEAL_LIMIT, SlowMachine
+from tests.bounds import (
+    QUIET_BUDGET_S,
+    QUIET_WAIT_S,
+    STEAL_LIMIT,
+    SlowMachine,
+    machine_steal_over,
+    wait_for_quiet,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,10 +36,13 @@ def _engine_problem() -> str | None:
 
 
 # A bound that a slow machine can break (tests/bounds.py) raises SlowMachine when the steal of
-# its own window explains the miss: such a test is run once more from scratch, and only for
-# that exception. Every other failure (an assertion, a testbed exception, a leftover object)
-# fails at once, never rerun. pytest-rerunfailures does the rerun and lists it as RERUN.
-ROOT_TEST_RERUNS = 1
+# its own window explains the miss: such a test is run again from scratch, up to
+# ROOT_TEST_RERUNS more times, and only for that exception, each rerun once the machine looks
+# quiet (wait_for_quiet). Every other failure (an assertion, a testbed exception, a leftover
+# object) fails at once, never rerun. pytest-rerunfailures does the reruns and lists them as
+# RERUN. TESTBED_QUIET_WAIT_S overrides how long a rerun waits (0: not at all); the reruns of
+# a suite wait QUIET_BUDGET_S in all at most, then run at once.
+ROOT_TEST_RERUNS = 2
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -74,12 +84,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _EXCUSED: list[str] = []
 _SKIPPED: list[str] = []
 _ROOT_STEALS: list[tuple[float, str]] = []  # (steal over the call phase, test) of root tests
+_WAITS: list[float] = []  # seconds each rerun waited for a quiet machine
 _STEAL = pytest.StashKey[object]()
 
 
 def _max_excused() -> int | None:
     value = os.environ.get("TESTBED_MAX_EXCUSED")
     return int(value) if value else None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a rerun (the previous run was excused), wait for the steal to fall."""
+    if getattr(item, "execution_count", 1) <= 1:
+        return
+    wait = os.environ.get("TESTBED_QUIET_WAIT_S")
+    wait_s = min(float(wait) if wait else QUIET_WAIT_S, QUIET_BUDGET_S - sum(_WAITS))
+    waited, _ = wait_for_quiet(machine_steal_over, wait_s=wait_s)
+    _WAITS.append(waited)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -151,6 +172,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"hypervisor steal during {len(worst)} root tests' call phases: mean "
             f"{sum(x for x, _ in worst) / len(worst):.1%}, {over} over {STEAL_LIMIT:.0%}, most "
             f"{worst[0][0]:.1%} ({worst[0][1]})"
+        )
+    if _WAITS:
+        terminalreporter.write_line(
+            f"{len(_WAITS)} rerun(s) waited {sum(_WAITS):.0f} s in all for a quiet machine"
         )
 
 
