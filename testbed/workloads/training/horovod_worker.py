@@ -211,19 +211,22 @@ class Clock:
     have passed in the ideal timeline too, so it pays the debt off first; carried across a
     wait, oversleep would shorten the next compute below what was asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time) -> None:
+        """`clock`: what has perf_counter() and sleep(); a unit test's own clock
+        (tests/clocks.py) judges the carry exactly, where a real sleep overshoots under steal."""
+        self.clock = clock
         self.debt = 0.0
         self.last = 0.0  # when the last compute ended
 
     def compute(self, seconds: float) -> None:
         if seconds <= 0:
             return
-        now = time.perf_counter()
+        now = self.clock.perf_counter()
         self.debt = max(0.0, self.debt - (now - self.last))
         end = now + seconds - self.debt
         if end > now:
-            time.sleep(end - now)
-        self.last = time.perf_counter()
+            self.clock.sleep(end - now)
+        self.last = self.clock.perf_counter()
         self.debt = max(0.0, self.last - end)
 
 
