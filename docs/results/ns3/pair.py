@@ -2,7 +2,10 @@
 (same flows): iteration k of one against iteration k of the other, (b - a) / a, its mean and a
 95 % t interval over the iterations, as thesis-exact.md reports them.
 
-    pair.py SAME/result.json LOW/result.json
+    pair.py SAME/result.json LOW/result.json [SAME2/result.json LOW2/result.json ...]
+
+With several pairs (one per seed) the iterations of every pair are pooled: each seed's
+change and then the pooled one, over every pair's first min(len) iterations.
 
 The ring moves in lockstep (every worker's k-th iteration is the same length: checked), so the
 iterations counted are one worker's, not all eight workers'.
@@ -17,7 +20,7 @@ from pathlib import Path
 
 # Student's t, 97.5 % quantile, by degrees of freedom (no scipy in the environment).
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
-T975 |= {9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+T975 |= {9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
 def per_iteration(path: Path, workers: int = 8) -> list[float]:
@@ -29,18 +32,38 @@ def per_iteration(path: Path, workers: int = 8) -> list[float]:
     return rows[0]
 
 
-def main() -> None:
-    if len(sys.argv) != 3:
-        sys.exit("usage: pair.py A/result.json B/result.json")
-    a, b = (per_iteration(Path(x)) for x in sys.argv[1:])
+def paired(a: list[float], b: list[float]) -> list[float]:
     n = min(len(a), len(b))
-    change = [(y - x) / x for x, y in zip(a[:n], b[:n], strict=True)]
+    return [(y - x) / x for x, y in zip(a[:n], b[:n], strict=True)]
+
+
+def line(a: list[float], b: list[float], change: list[float]) -> str:
+    n = len(change)
     df = n - 1
     t = T975[max(k for k in T975 if k <= df)]  # the next smaller df: a wider interval
     half = t * statistics.stdev(change) / n**0.5
-    print(f"{n} iterations: {statistics.mean(a[:n]) * 1e3:.1f} -> {statistics.mean(b[:n]) * 1e3:.1f}"
-          f" ms, paired change {statistics.mean(change) * 100:+.1f} % +- {half * 100:.1f} %"
-          f" (95 %, t with {df} df)")  # fmt: skip
+    return (
+        f"{n} iterations: {statistics.mean(a[:n]) * 1e3:.1f} -> {statistics.mean(b[:n]) * 1e3:.1f}"
+        f" ms, paired change {statistics.mean(change) * 100:+.1f} % +- {half * 100:.1f} %"
+        f" (95 %, t with {df} df)"
+    )
+
+
+def main() -> None:
+    if len(sys.argv) < 3 or len(sys.argv) % 2 == 0:
+        sys.exit("usage: pair.py A/result.json B/result.json [A2/result.json B2/result.json ...]")
+    runs = [per_iteration(Path(x)) for x in sys.argv[1:]]
+    pooled_a: list[float] = []
+    pooled_b: list[float] = []
+    pooled: list[float] = []
+    for a, b in zip(runs[::2], runs[1::2], strict=True):
+        change = paired(a, b)
+        print(line(a, b, change))
+        pooled_a += a[: len(change)]
+        pooled_b += b[: len(change)]
+        pooled += change
+    if len(runs) > 2:
+        print("pooled, " + line(pooled_a, pooled_b, pooled))
 
 
 if __name__ == "__main__":
