@@ -18,9 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-# Student's t, 97.5 % quantile, by degrees of freedom (no scipy in the environment).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
-T975 |= {9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+from testbed.aggregate import t95  # the sweeps' own t table: run with the project's .venv
 
 
 def per_iteration(path: Path, workers: int = 8) -> list[float]:
@@ -40,8 +38,7 @@ def paired(a: list[float], b: list[float]) -> list[float]:
 def line(a: list[float], b: list[float], change: list[float]) -> str:
     n = len(change)
     df = n - 1
-    t = T975[max(k for k in T975 if k <= df)]  # the next smaller df: a wider interval
-    half = t * statistics.stdev(change) / n**0.5
+    half = t95(df) * statistics.stdev(change) / n**0.5
     return (
         f"{n} iterations: {statistics.mean(a[:n]) * 1e3:.1f} -> {statistics.mean(b[:n]) * 1e3:.1f}"
         f" ms, paired change {statistics.mean(change) * 100:+.1f} % +- {half * 100:.1f} %"
