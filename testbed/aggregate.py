@@ -23,7 +23,7 @@ from typing import Any
 from testbed.errors import ScenarioError
 from testbed.report import comparable, hooks, reported
 from testbed.runs import Run, pct_change
-from testbed.sweep import short_name
+from testbed.sweep import short_name, sweep_doc, sweeps_in
 from testbed.workloads.reporting import MatchedChange
 
 
@@ -83,8 +83,9 @@ def _counts(run: Run) -> dict[str, int]:
     return out
 
 
-def aggregate(sweep_dir: Path) -> dict[str, Any]:
-    doc = json.loads((sweep_dir / "sweep.json").read_text())
+def aggregate(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
+    """The sweep `name` of the folder (None: the last to run there; sweep.sweep_doc)."""
+    doc = sweep_doc(sweep_dir, name)
     spec = doc["spec"]
     compare = spec.get("compare")
     if not compare:
@@ -143,6 +144,8 @@ def aggregate(sweep_dir: Path) -> dict[str, Any]:
     return {
         "sweep": str(sweep_dir),
         "name": doc["name"],
+        # every sweep that wrote into the folder (they share its runs; `report --sweep NAME`)
+        "sweeps_in_folder": sweeps_in(sweep_dir) or [doc["name"]],
         "compare": compare,
         "axes": axes,
         "map": spec.get("map"),

@@ -360,6 +360,12 @@ def _console_logging(verbose: bool, quiet: bool = False) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="with --expect: write the checks as JUnit XML to this file",
 )
+@click.option(
+    "--sweep",
+    "sweep_name",
+    help="a sweep folder several sweeps wrote into: report the sweep of this name "
+    "(default: the last to run there)",
+)
 @_friendly
 def report(
     runs: tuple[Path, ...],
@@ -367,10 +373,12 @@ def report(
     no_plots: bool,
     expect_file: Path | None,
     junit: Path | None,
+    sweep_name: str | None,
 ) -> None:
     """Summarise RUN folders; with several, compare them against the first (the baseline).
-    Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map.
-    With --expect FILE, evaluate the checks in FILE on one RUN folder instead."""
+    Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map
+    (of the last sweep to run there, or --sweep NAME's). With --expect FILE, evaluate the
+    checks in FILE on one RUN folder instead."""
     from testbed import aggregate as ag
     from testbed import report as rp
     from testbed.runs import Run
@@ -382,8 +390,10 @@ def report(
         raise ScenarioError("--junit: goes with --expect FILE")
 
     if len(runs) == 1 and ag.is_sweep(runs[0]):
-        _report_sweep(runs[0], as_json, no_plots)
+        _report_sweep(runs[0], as_json, no_plots, sweep_name)
         return
+    if sweep_name is not None:
+        raise ScenarioError("--sweep: goes with one sweep folder (one that has a sweep.json)")
     loaded = [Run(p) for p in runs]
     data: dict[str, Any] = {"runs": [rp.describe_run(r) for r in loaded]}
     if len(loaded) > 1:
@@ -407,16 +417,20 @@ def report(
         out.print(f"plot: {p}")
 
 
-def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
+def _report_sweep(path: Path, as_json: bool, no_plots: bool, name: str | None) -> None:
     from testbed import aggregate as ag
+    from testbed.sweep import sweep_doc
 
-    doc = json.loads((path / "sweep.json").read_text())
+    doc = sweep_doc(path, name)
     if not doc["spec"].get("compare"):
         _print_points(doc, as_json)
         return
-    agg = ag.aggregate(path)
-    plots, why_not = ([], None) if no_plots else ag.plot_maps(agg, path / "plots")
-    if not no_plots and (tradeoff := ag.plot_tradeoff(agg, path / "plots" / "tradeoff.png")):
+    agg = ag.aggregate(path, name)
+    # a sweep named on the command line draws into a folder of its own, so that reporting
+    # each sweep of a shared folder keeps every sweep's plots
+    plot_dir = path / "plots" if name is None else path / "plots" / name
+    plots, why_not = ([], None) if no_plots else ag.plot_maps(agg, plot_dir)
+    if not no_plots and (tradeoff := ag.plot_tradeoff(agg, plot_dir / "tradeoff.png")):
         plots.append(tradeoff)
     agg["plots"] = [str(p) for p in plots]
     if as_json:
@@ -435,6 +449,12 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool) -> None:
         out.print(f"plot: {p}")
     if why_not:
         out.print(why_not)
+    others = [n for n in agg["sweeps_in_folder"] if n != agg["name"]]
+    if others:
+        out.print(
+            f"this folder's runs are shared with the sweeps {', '.join(others)}: "
+            f"`testbed report {path} --sweep NAME` reports one of them"
+        )
 
 
 def _print_points(doc: dict[str, Any], as_json: bool) -> None:

@@ -523,9 +523,37 @@ def write_results(
         # the same points keyed by full axis names, for `testbed report`
         "labels": [o.point.labels for o in outcomes],
     }
-    tmp = out / "sweep.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(out / "sweep.json")
+    text = json.dumps(doc, indent=1)
+    # sweep.json is the last sweep's; sweeps/NAME.json keeps each sweep that shares the folder
+    # (an ablation that reuses a grid's points), for `testbed report OUT --sweep NAME`
+    (out / SWEEPS_DIR).mkdir(exist_ok=True)
+    for path in (out / "sweep.json", out / SWEEPS_DIR / f"{spec.name}.json"):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+SWEEPS_DIR = "sweeps"
+
+
+def sweeps_in(out: Path) -> list[str]:
+    """The names of the sweeps that wrote into the folder `out`, oldest first."""
+    files = sorted((out / SWEEPS_DIR).glob("*.json"), key=lambda f: f.stat().st_mtime)
+    return [f.stem for f in files]
+
+
+def sweep_doc(out: Path, name: str | None = None) -> dict[str, Any]:
+    """The sweep.json of the sweep `name` in `out` (None: the last to run there)."""
+    last = json.loads((out / "sweep.json").read_text())
+    if name is None or name == last["name"]:
+        return last
+    path = out / SWEEPS_DIR / f"{name}.json"
+    if not path.is_file():
+        known = sweeps_in(out) or [last["name"]]
+        raise ScenarioError(
+            f"--sweep: no sweep {name!r} ran in {out}; it holds: {', '.join(known)}"
+        )
+    return json.loads(path.read_text())
 
 
 def default_out(spec: SweepSpec) -> Path:

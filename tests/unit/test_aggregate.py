@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,39 @@ def test_report_prints_the_hand_computed_changes(sweep):
     assert r.returncode == 0, r.stderr
     low = next(c for c in json.loads(r.stdout)["cells"] if c[CLS] == "low")
     assert low["change_pct"]["small"]["mean"] == pytest.approx(-31.25)
+
+
+def test_report_picks_one_of_the_sweeps_sharing_a_folder(sweep):
+    """Two sweeps wrote into the folder (the second reusing the first's runs): by default the
+    last is reported, with a line naming the other; --sweep NAME reports that one; an unknown
+    name is one line and exit 2."""
+    doc = json.loads((sweep / "sweep.json").read_text())
+    (sweep / "sweeps").mkdir()
+    (sweep / "sweeps" / "hand.json").write_text(json.dumps(doc))
+    other = {
+        **doc,
+        "name": "other",
+        "spec": {**doc["spec"], "compare": {"axis": CLS, "baseline": "low"}},
+    }
+    time.sleep(0.01)
+    for path in (sweep / "sweep.json", sweep / "sweeps" / "other.json"):
+        path.write_text(json.dumps(other))
+    env = {**os.environ, "COLUMNS": "200"}
+
+    def report(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "testbed.cli", "report", str(sweep), "--no-plots", *args],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+
+    r = report()
+    assert r.returncode == 0, r.stderr
+    assert "sweep other:" in r.stdout and "compared against 'low'" in r.stdout
+    assert "shared with the sweeps hand" in r.stdout and "--sweep NAME" in r.stdout
+    r = report("--sweep", "hand")
+    assert r.returncode == 0, r.stderr
+    assert "sweep hand:" in r.stdout and "+20.0% [+10, +30]" in r.stdout  # as hand-computed
+    assert "shared with the sweeps other" in r.stdout
+    r = report("--sweep", "typo")
+    assert r.returncode == 2 and "--sweep: no sweep 'typo'" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr

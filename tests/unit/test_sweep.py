@@ -338,3 +338,40 @@ def test_a_training_policy_at_its_default_keeps_finished_points_finished():
     assert sw.identity_of(adaptive) != before
     demoted = with_overrides(s, {"workloads.websearch.demote": {"after": "100KB", "to": "low"}})
     assert sw.identity_of(demoted) != before
+
+
+def test_sweeps_that_share_a_folder_keep_their_own_record(tmp_path):
+    """A second sweep into a folder reuses the points the first ran (the same resolved
+    scenario), and `report` can still find each sweep: sweep.json is the last one's,
+    sweeps/NAME.json every one's."""
+    calls: list[int] = []
+
+    def fake_run(scenario, folder, _ui):
+        calls.append(scenario.seed)
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps({"status": "ok"}))
+        return {"status": "ok"}
+
+    class UI:
+        def start_point(self, *a):
+            return None
+
+        def end_point(self, *a):
+            pass
+
+    out = tmp_path / "out"
+    grid = write(tmp_path, {"seeds": [1, 2]})
+    sw.run_sweep(sw.load_spec(grid), sw.expand(sw.load_spec(grid), grid), out, fake_run, UI())
+    more = tmp_path / "more.yaml"
+    more.write_text(yaml.safe_dump({"name": "more", "base": "base.yaml", "seeds": [2, 3]}))
+    time.sleep(0.01)  # the order is by the files' times
+    spec = sw.load_spec(more)
+    outcomes = sw.run_sweep(spec, sw.expand(spec, more), out, fake_run, UI())
+    assert [o.status for o in outcomes] == ["skipped", "ok"] and calls == [1, 2, 3]
+    assert json.loads((out / "sweep.json").read_text())["name"] == "more"
+    assert sw.sweeps_in(out) == ["s", "more"]
+    first = sw.sweep_doc(out, "s")
+    assert first["name"] == "s" and [r["status"] for r in first["results"]] == ["ok", "ok"]
+    assert sw.sweep_doc(out)["name"] == "more"
+    with pytest.raises(ScenarioError, match=r"no sweep 'typo' ran in .*; it holds: s, more"):
+        sw.sweep_doc(out, "typo")
