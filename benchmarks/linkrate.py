@@ -65,7 +65,7 @@ HERE = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]  # this interpreter's testbed, whole processes
 RUN_IDS = itertools.count(os.getpid() << 8)
 PORT = 5201
-MODES = ("exact", "fast")
+MODES = ("exact", "exact-gso", "fast")
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -135,7 +135,10 @@ def warning(s: Scenario, section: dict[str, Any]) -> str | None:
         f"({format_rate(section['demand_all_flows_bps'] / k)} on this machine's clock) where "
         f"eight flows carried {format_rate(section['all_flows_bps'] / k)} together"
     )
-    fast = " or topology.link_mode: fast" if section["mode"] == "exact" else ""
+    fast = {
+        "exact": " or topology.link_mode: exact-gso (frames, faster) or fast",
+        "exact-gso": " or topology.link_mode: fast",
+    }.get(section["mode"], "")
     return (
         f"link budget: this scenario may ask for {what} in link_mode {section['mode']} "
         f"(load {section['load']:.2f}): its links would carry less than their rate and its "

@@ -160,14 +160,17 @@ class Topology(BaseModel):
         description="MTU of every data link, in bytes (9000: jumbo frames, a sixth of the "
         "packets per second); the management network keeps 1500",
     )
-    link_mode: Literal["exact", "fast"] = Field(
+    link_mode: Literal["exact", "fast", "exact-gso"] = Field(
         "exact",
         description="exact: every queue sees wire-size frames (segmentation offloads off), "
         "limits count frames, a frame waits behind at most one lower-class frame (1.2 µs at "
         "10 Gbit/s); this machine's CPU bounds the rate (docs/network.md). fast: TCP's "
         "segments stay whole from sender to receiver (offloads on): queues hold packets of up "
         "to 64 KB, limits count bytes (limit × frame), a packet may wait behind a 64 KB one "
-        "(52 µs at 10 Gbit/s); for links of several Gbit/s. The summary records which ran",
+        "(52 µs at 10 Gbit/s); for links of several Gbit/s. exact-gso: exact's queues of "
+        "frames, but a host's TCP keeps its batches and its eth0 cuts them into frames, and "
+        "its uplink queue sits in its switch, fed by a BPF clone (cls_bpf); "
+        "faster than exact. The summary records which ran",
     )
     tcp: str = Field(
         TCP_RENO,
@@ -603,6 +606,17 @@ class _ScenarioFields(BaseModel):
                 ("tc_profile", "shared_limit"),
                 "counts packets, and with topology.link_mode: fast a packet holds up to 43 "
                 "frames; use link_mode: exact (the thesis' port counts frames)",
+            )
+        if (
+            self.tc_profile.shared_limit is not None
+            and self.tc_profile.host_limit is None
+            and self.topology.link_mode == "exact-gso"
+        ):
+            raise _FieldError(
+                ("tc_profile", "shared_limit"),
+                "with topology.link_mode: exact-gso a host's own port cannot share its limit "
+                "(its queue sits in the switch, where nothing counts its frames out); give the "
+                "profile a host_limit, or use link_mode: exact",
             )
         if self.tc_profile.shared_limit is not None and self.topology.queue_limit is not None:
             raise _FieldError(

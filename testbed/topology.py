@@ -65,6 +65,7 @@ IF_MGMT = 101  # a host's mgmt0
 IF_FABRIC = 200  # + the far switch's number: a leaf's s<j>, a spine's l<i>
 IF_PORT = 1000  # + the host's place on its switch: the switch end of a host link
 IF_UP_QUEUE = 102  # a host's eth0-up: the ifb that holds its uplink's queue
+IF_PORT_QUEUE = 2000  # + the host's place: link_mode exact-gso's uplink ifb, in the switch
 
 
 def new_run_id() -> str:
@@ -113,6 +114,10 @@ class Port:
     # queue). A host's end of its link has one: see Link.
     queue: str = ""
     queue_index: int = 0
+    # link_mode exact-gso: an ifb in the same namespace that holds the queue of what arrives
+    # at this port (a host's uplink, queued in its switch instead; shaping/uplink.py)
+    ingress_queue: str = ""
+    ingress_queue_index: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class Link:
     into one 100 Mbit/s downlink kept 29.6 / 63.2 / 2.8 Mbit/s for 10 s. And the uplink
     queue held TCP's segmentation batches (46 KB each at 100 Mbit/s), not packets, since
     segmentation happens after the qdisc (docs/network.md has the measurements).
+    In link_mode exact-gso the uplink's ifb is in the switch instead (Port.ingress_queue),
+    fed by a clone of each frame that arrives at the host's port (shaping/uplink.py).
     """
 
     name: str  # label in summaries and metrics: the host's name, or leaf<i>-spine<j>
@@ -161,7 +168,7 @@ class LinkEnd:
     tier: Tier = "host"
     rate_bps: int | None = None  # None: the scenario's link_rate
     # `ifname` is an ifb fed by a redirect from the egress of this interface ("": `ifname`
-    # is the link's own interface)
+    # is the link's own interface), or from its ingress (port_ingress: the far end's port)
     port: str = ""
     port_index: int = 0
     # the link's other end, where every packet this queue sends arrives next (a veth pair),
@@ -170,6 +177,7 @@ class LinkEnd:
     far_ifname: str = ""
     far_index: int = 0
     far_clsact: bool = False
+    port_ingress: bool = False  # link_mode exact-gso's uplink (shaping/uplink.py)
 
 
 @dataclass(frozen=True)
@@ -225,6 +233,19 @@ class TopologyPlan:
         meets. A fabric link's up direction is the leaf's port toward the spine."""
         ends: list[LinkEnd] = []
         for lk in self.links:
+            if lk.b.ingress_queue:  # link_mode exact-gso: the uplink queued in the switch
+                b = lk.b
+                ends.append(
+                    LinkEnd(lk.name, "up", b.netns, b.ingress_queue, b.ingress_queue_index,
+                            lk.a.node, b.node, lk.tier, lk.rate_bps, b.ifname, b.index,
+                            b.netns, b.ifname, b.index, True, port_ingress=True)
+                )  # fmt: skip
+                ends.append(
+                    LinkEnd(lk.name, "down", b.netns, b.ifname, b.index, b.node, lk.a.node,
+                            lk.tier, lk.rate_bps, "", 0, lk.a.netns, lk.a.ifname, lk.a.index,
+                            bool(lk.a.queue))
+                )  # fmt: skip
+                continue
             for direction, near, far in (("up", lk.a, lk.b), ("down", lk.b, lk.a)):
                 queue = (near.queue, near.queue_index) if near.queue else (near.ifname, near.index)
                 port = (near.ifname, near.index) if near.queue else ("", 0)
@@ -471,9 +492,31 @@ def leaf_spine(s: Scenario, run_id: str) -> TopologyPlan:
     )
 
 
+def uplinks_at_switch(links: tuple[Link, ...]) -> tuple[Link, ...]:
+    """link_mode exact-gso: each host link's uplink queue moves from an ifb in the host
+    (eth0-up) to one in its switch (h<i>-up), fed from the host's port there
+    (shaping/uplink.py)."""
+    return tuple(
+        replace(
+            lk,
+            a=replace(lk.a, queue="", queue_index=0),
+            b=replace(
+                lk.b,
+                ingress_queue=f"{lk.b.ifname}-up",
+                ingress_queue_index=IF_PORT_QUEUE + lk.b.index - IF_PORT,
+            ),
+        )
+        if lk.tier == "host"
+        else lk
+        for lk in links
+    )
+
+
 def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
     """The graph of the scenario's topology kind."""
     plan = leaf_spine(s, run_id) if s.topology.kind == "leaf-spine" else single_tor(s, run_id)
+    if s.topology.link_mode == "exact-gso":
+        plan = replace(plan, links=uplinks_at_switch(plan.links))
     tcp = None if s.topology.tcp == TCP_MACHINE else s.topology.tcp
     rto = s.topology.tcp_rto_min
     return replace(

@@ -254,11 +254,20 @@ class Network:
         if sw.gateway is not None:
             configure.add(nl.address(IF_BRIDGE, sw.gateway), f"address {sw.gateway} on {sw.bridge}")
 
+    def _host_gso_max_segs(self, lk: Link) -> int | None:
+        """The TCP segments a host's eth0 takes in one packet: one where its own ifb queues
+        frames (exact), a link's worth on fast links, TCP's own batches (the kernel's
+        default: None) where the queue is in the switch and eth0 cuts them (exact-gso)."""
+        if self.plan.fast:
+            return segments_per_packet(lk.rate_bps, self.plan.mtu)
+        return None if lk.b.ingress_queue else 1
+
     def _build_link(self, lk: Link, a: nl.Batch, b: nl.Batch, fds: dict[str | None, int]) -> None:
         """A host link is made in its switch (the port joins the bridge as it is created),
         with the host's end placed in the host, where the ifb that holds its uplink queue is
         made too (its eth0 hands TCP one segment per packet, so that queue holds frames:
-        topology.Link; on fast links up to segments_per_packet); a fabric link in its leaf."""
+        topology.Link; on fast links up to segments_per_packet), or in the switch
+        (exact-gso: shaping/uplink.py); a fabric link in its leaf."""
         mtu = self.plan.mtu if self.plan.mtu != 1500 else None  # else the kernel default
         if lk.tier == "host":
             b.add(
@@ -270,14 +279,17 @@ class Network:
                     fds[lk.a.netns],
                     IF_BRIDGE,
                     mtu,
-                    peer_gso_max_segs=(
-                        segments_per_packet(lk.rate_bps, self.plan.mtu) if self.plan.fast else 1
-                    ),
+                    peer_gso_max_segs=self._host_gso_max_segs(lk),
                 ),
                 f"veth {lk.b.ifname} to {lk.a.node}",
             )
             if lk.a.queue:
                 a.add(nl.ifb(lk.a.queue, lk.a.queue_index, mtu), f"ifb {lk.a.queue}")
+            if lk.b.ingress_queue:  # exact-gso: the uplink's queue, in the switch
+                b.add(
+                    nl.ifb(lk.b.ingress_queue, lk.b.ingress_queue_index, mtu),
+                    f"ifb {lk.b.ingress_queue}",
+                )
         else:
             a.add(
                 nl.veth(

@@ -3,6 +3,7 @@ object, netlink.Batch sends a namespace's objects together and checks every ack.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from collections.abc import Callable, Iterable
@@ -14,6 +15,7 @@ from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
 from testbed import netlink as nl
 from testbed.shaping.plan import (
     ByteFifo,
+    CloneRedirect,
     Clsact,
     DscpFilter,
     Fifo,
@@ -27,6 +29,7 @@ from testbed.shaping.plan import (
     TcObject,
 )
 from testbed.shaping.shared_limit import Counters
+from testbed.shaping.uplink import load_clone
 
 CLSACT_EGRESS = "ffff:fff3"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
 CLSACT_INGRESS = "ffff:fff2"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
@@ -136,6 +139,20 @@ def _shared_limit_message(index: int, obj: TcObject, counters: Counters) -> byte
         batch.close()
 
 
+def _clone_message(index: int, obj: CloneRedirect, programs: list[int]) -> bytes:
+    """The uplink feed of link_mode exact-gso (plan.CloneRedirect), its program loaded now."""
+    fd = load_clone(obj.target)
+    programs.append(fd)
+    batch = IPBatch()
+    try:
+        batch.tc("add-filter", "bpf", index=index, parent=CLSACT_INGRESS, prio=1,
+                 protocol=protocols.ETH_P_ALL, fd=fd, name="testbed-uplink",
+                 direct_action=True)  # fmt: skip
+        return bytes(batch.batch)
+    finally:
+        batch.close()
+
+
 def apply_plans(
     plans: Iterable[InterfacePlan], sockets: Callable[[str], socket.socket] | None = None
 ) -> Counters:
@@ -146,6 +163,7 @@ def apply_plans(
     for the caller to read when the queues are empty and close."""
     by_ns: dict[str, nl.Batch] = {}
     counters = Counters()
+    programs: list[int] = []  # the clone feeds' (link_mode exact-gso); the filters hold them
 
     def batch(ns: str) -> nl.Batch:
         if ns not in by_ns:
@@ -155,6 +173,8 @@ def apply_plans(
     def message(index: int, obj: TcObject) -> bytes:
         if isinstance(obj, SharedLimitIn | SharedLimitOut):
             return _shared_limit_message(index, obj, counters)
+        if isinstance(obj, CloneRedirect):
+            return _clone_message(index, obj, programs)
         return tc_message(index, obj)
 
     try:
@@ -176,5 +196,8 @@ def apply_plans(
     except BaseException:
         counters.close()
         raise
+    finally:
+        for fd in programs:
+            os.close(fd)
     counters.close_programs()  # the filters hold them
     return counters

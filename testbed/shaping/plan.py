@@ -26,7 +26,9 @@ A profile's `host_limit` replaces both at a host's own port (host_port): each cl
 that many there, and only switch ports share.
 
 A host's uplink queue sits on an ifb (topology.Link says why): its eth0 gets a clsact qdisc
-whose egress filter redirects every packet to the ifb, where the plan above is built.
+whose egress filter redirects every packet to the ifb, where the plan above is built. In
+`link_mode: exact-gso` the ifb is in the switch instead, fed from the ingress of the host's
+port there by a BPF clone (shaping/uplink.py), so that the host's TCP keeps its batches.
 
 HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on real
 links by tests/integration/test_shaping.py and test_leafspine.py), and the guaranteed `rate`
@@ -144,6 +146,15 @@ class Redirect:
 
 
 @dataclass(frozen=True)
+class CloneRedirect:
+    """link_mode exact-gso (shaping/uplink.py): a cls_bpf filter on the clsact ingress of the
+    host's switch port that hands a clone of every frame to the ifb `target` (its uplink
+    queue) and drops the frame itself, which frees the sender's socket of it."""
+
+    target: int  # interface index, in the same namespace
+
+
+@dataclass(frozen=True)
 class SharedLimitIn:
     """tc profile `shared_limit` (shaping/shared_limit.py): a BPF filter first on the queue's
     root, dropping an arrival when the counter `key` says the classes hold `limit` packets."""
@@ -170,6 +181,7 @@ TcObject = (
     | DscpFilter
     | Clsact
     | Redirect
+    | CloneRedirect
     | SharedLimitIn
     | SharedLimitOut
 )
@@ -320,7 +332,9 @@ def plan_interface(
         for cls in profile.classes:
             for d in cls.dscp:
                 objects.append(DscpFilter(ROOT, 10, classes[cls.name], d))
-    feed: tuple[TcObject, ...] = (Clsact(), Redirect(end.index)) if end.port_index else ()
+    feed: tuple[TcObject, ...] = ()
+    if end.port_index:
+        feed = (Clsact(), CloneRedirect(end.index) if end.port_ingress else Redirect(end.index))
     far: tuple[TcObject, ...] = ()
     if shared is not None:
         key = f"{end.netns}/{end.ifname}"

@@ -15,37 +15,30 @@ leaves' own limits are set above the shared one (plan.py) so that they never dro
 comparison is signed: a packet counted out that was queued before the filters existed can
 only make the count low for a moment, never block the port.
 
-Written by hand, as raw instructions through the bpf() syscall: no compiler for BPF is
-installed here (llc without clang), pyroute2 attaches a program but does not build one, and
-bcc is not a dependency. The programs are 15 and 11 instructions; the kernel's verifier checks
-them at load. Program and map live as long as a filter holds them: deleting the qdiscs (or
-the namespace) frees them, nothing is pinned.
+Written by hand, as raw instructions loaded by bpf.py (which says why): 15 and 11
+instructions, checked by the kernel's verifier at load. Program and map live as long as a
+filter holds them: deleting the qdiscs (or the namespace) frees them, nothing is pinned.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import struct
 
-SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
-BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_PROG_LOAD = 0, 1, 5
-BPF_MAP_TYPE_ARRAY = 2
-BPF_PROG_TYPE_SCHED_CLS = 3
-BPF_PSEUDO_MAP_FD = 1
+from testbed.shaping.bpf import (
+    BPF_MAP_CREATE,
+    BPF_MAP_LOOKUP_ELEM,
+    BPF_MAP_TYPE_ARRAY,
+    BPF_PSEUDO_MAP_FD,
+    TC_ACT_SHOT,
+    TC_ACT_UNSPEC,
+    bpf,
+    load_program,
+)
+from testbed.shaping.bpf import insn as _insn
+
 FUNC_MAP_LOOKUP_ELEM = 1
-TC_ACT_UNSPEC, TC_ACT_SHOT = -1, 2
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-class BpfError(OSError):
-    """The kernel refused a map or a program (the verifier's log, when it gave one)."""
-
-
-def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
-    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
 
 def _lookup(map_fd: int) -> list[bytes]:
@@ -90,43 +83,10 @@ def count_out_program(map_fd: int) -> bytes:
     )
 
 
-def _bpf(cmd: int, attr: bytes) -> int:
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    fd = _libc.syscall(SYS_BPF, cmd, buf, len(attr))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise BpfError(err, os.strerror(err))
-    return int(fd)
-
-
 def create_counter() -> int:
     """A one-element array map of one u64: the packets a port holds."""
     attr = struct.pack("<IIIII", BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0).ljust(72, b"\0")
-    return _bpf(BPF_MAP_CREATE, attr)
-
-
-def load_program(insns: bytes, name: str) -> int:
-    """A tc classifier program; its verifier log in the error when the kernel refuses it."""
-    code = ctypes.create_string_buffer(insns, len(insns))
-    lic = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(65536)
-    attr = struct.pack(
-        "<IIQQIIQII16s",
-        BPF_PROG_TYPE_SCHED_CLS,
-        len(insns) // 8,
-        ctypes.addressof(code),
-        ctypes.addressof(lic),
-        1,  # log_level
-        len(log),
-        ctypes.addressof(log),
-        0,
-        0,
-        name.encode()[:15],
-    ).ljust(128, b"\0")
-    try:
-        return _bpf(BPF_PROG_LOAD, attr)
-    except BpfError as e:
-        raise BpfError(e.errno, f"{e.strerror}: {log.value.decode(errors='replace')}") from None
+    return bpf(BPF_MAP_CREATE, attr)
 
 
 def read_counter(map_fd: int) -> int:
@@ -136,7 +96,7 @@ def read_counter(map_fd: int) -> int:
     attr = struct.pack(
         "<IIQQQ", map_fd, 0, ctypes.addressof(key), ctypes.addressof(value), 0
     ).ljust(32, b"\0")
-    _bpf(BPF_MAP_LOOKUP_ELEM, attr)
+    bpf(BPF_MAP_LOOKUP_ELEM, attr)
     return int(value.value)
 
 

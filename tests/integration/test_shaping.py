@@ -16,7 +16,7 @@ from .helpers import (
     run_until,
 )
 
-MODES = ["exact", "fast"]  # topology.link_mode: every queue test holds in both
+MODES = ["exact", "fast", "exact-gso"]  # topology.link_mode: every queue test holds in each
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -159,8 +159,12 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path, mode):
     rate_at_least(up["low"]["rate_bps"], 0.5 * guaranteed, s, "the low class' guaranteed share")
 
 
-@pytest.mark.parametrize("profile", ["thesis-3band", "thesis-3band-shared", "thesis-ns3"])
-def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, profile):
+@pytest.mark.parametrize(
+    ("profile", "mode"),
+    [("thesis-3band", "exact"), ("thesis-3band-shared", "exact"), ("thesis-ns3", "exact"),
+     ("thesis-ns3", "exact-gso")],
+)  # fmt: skip
+def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, profile, mode):
     """h1 sends a backlogged Reno flow in the high class and one in the low class to h2,
     through thesis-3band's bands: 1000 packets each of their own (thesis-3band), or 1000
     shared by all of them (thesis-3band-shared, the thesis' ns-3 port). The high flow grows
@@ -173,13 +177,15 @@ def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, p
     its first 1000 packets: the high flow's rate collapses). thesis-ns3 (the thesis'
     simulator's ports): h1's uplink is h1's own port, whose bands hold 100 packets each and
     share nothing, so the high band drops at 100 there and the port never holds more than the
-    two busy bands' 200; h2's downlink, a switch's port, shares 1000."""
+    two busy bands' 200; h2's downlink, a switch's port, shares 1000. The same in
+    link_mode exact-gso, whose hosts' ports are queued in the switch (shaping/uplink.py) and
+    whose downlinks count out at the hosts' eth0, which has no clsact of its own there."""
     rate = 50_000_000
     s = run_scenario(
         tmp_path,
         {
             "duration": "6s",
-            "topology": {"hosts": 2, "link_rate": rate},
+            "topology": {"hosts": 2, "link_rate": rate, "link_mode": mode},
             "tc_profile": profile,
             "workloads": {
                 "linkcheck": {"pattern": "single", "bulk_classes": ["high", "low"], "short": False}
@@ -197,6 +203,7 @@ def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, p
         assert up["shared_limit_drops"] is None and classes["high"]["drops"] > 0, up
         assert q["max_packets"] <= 200, q
         assert link(s, "h2", "down")["shared_limit_drops"] is not None
+        assert not [w for w in s["warnings"] if w.startswith("shared limit:")], s["warnings"]
     else:
         assert all(c["drops"] == 0 for c in classes.values()), classes
         assert up["shared_limit_drops"] > 0, up

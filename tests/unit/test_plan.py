@@ -4,6 +4,7 @@ import pytest
 
 from testbed.shaping.plan import (
     ByteFifo,
+    CloneRedirect,
     Clsact,
     DscpFilter,
     Fifo,
@@ -70,6 +71,18 @@ def test_a_queue_on_an_ifb_is_fed_by_its_ports_egress():
     assert p.feed == (Clsact(), Redirect(102))
     assert p.objects == plan_interface(END, LinkSpec(10**8), profile("thesis-2band"), False).objects
     assert plan_interface(END, LinkSpec(10**8), profile("fifo"), False).feed == ()
+
+
+def test_exact_gso_feeds_the_uplink_queue_by_a_clone_at_the_ports_ingress():
+    """link_mode exact-gso: the same classes on an ifb in the switch, fed by a clone of what
+    arrives at the host's port (shaping/uplink.py), not by a redirect of what leaves it."""
+    end = LinkEnd("h1", "up", "tb-abcdef-sw", "h1-up", 2001, port="h1", port_index=1001,
+                  port_ingress=True)  # fmt: skip
+    p = plan_interface(end, LinkSpec(10**10), profile("thesis-2band"), False)
+    assert p.feed == (Clsact(), CloneRedirect(2001))
+    assert (
+        p.objects == plan_interface(END, LinkSpec(10**10), profile("thesis-2band"), False).objects
+    )
 
 
 def test_a_shared_limit_counts_in_at_the_root_and_out_at_the_far_end():

@@ -456,14 +456,24 @@ def test_the_steering_mask_names_every_cpu_in_the_kernels_bitmap_format(cpus, ma
     [
         ({"link_mode": "fast"}, "tc_profile.shared_limit: counts packets, and with"),
         ({"queue_limit": 100}, "topology.queue_limit: sets every class's own limit"),
+        ({"link_mode": "exact-gso"}, "tc_profile.shared_limit: with topology.link_mode: "
+                                     "exact-gso a host's own port cannot share"),
     ],
-)
+)  # fmt: skip
 def test_a_shared_limit_with_what_it_cannot_count_is_one_line(topology, message):
     data = {"name": "s", "topology": {"hosts": 2, **topology},
             "tc_profile": "thesis-3band-shared"}  # fmt: skip
     with pytest.raises(ScenarioError) as e:
         load_scenario_data(data, "s.yaml")
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_exact_gso_takes_a_shared_limit_that_spares_the_hosts_ports():
+    """thesis-ns3 gives hosts' ports a limit of their own (host_limit): only switch ports
+    share, and those exact-gso counts as exact does."""
+    data = {"name": "s", "topology": {"hosts": 2, "link_mode": "exact-gso"},
+            "tc_profile": "thesis-ns3"}  # fmt: skip
+    assert load_scenario_data(data, "s.yaml").topology.link_mode == "exact-gso"
 
 
 def test_a_hosts_port_limit_with_every_class_limit_is_one_line():

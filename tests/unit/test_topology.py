@@ -8,6 +8,7 @@ from testbed.shaping.plan import HtbClass, LinkSpec, plan_links
 from testbed.shaping.profile import TcProfile, load_profile_data
 from testbed.topology import (
     RUN_PREFIX,
+    TopologyPlan,
     build_plan,
     name_of,
     new_run_id,
@@ -69,6 +70,32 @@ def test_link_ends_both_directions():
     assert {(e.netns, e.ifname, e.port) for e in down} == {
         ("tb-a1b2c3-sw", h.switch_port, "") for h in p.hosts
     }
+
+
+def test_exact_gso_queues_each_uplink_in_the_switch_fed_from_the_hosts_port():
+    """link_mode exact-gso (shaping/uplink.py): the uplink's queue is an ifb in the switch
+    (h<i>-up, index 2000 + place), fed from the ingress of the host's port there; the host has
+    no ifb of its own, so its eth0 has no clsact either (the downlink's far end); the
+    downlink is as in exact mode."""
+
+    def built(mode: str) -> TopologyPlan:
+        data = {"name": "t", "topology": {"hosts": 3, "link_mode": mode}}
+        return build_plan(load_scenario_data(data, "s.yaml"), "a1b2c3")
+
+    p = built("exact-gso")
+    ends = p.link_ends()
+    up = [e for e in ends if e.direction == "up"]
+    down = [e for e in ends if e.direction == "down"]
+    assert {(e.netns, e.ifname, e.index, e.port, e.port_index, e.port_ingress) for e in up} == {
+        ("tb-a1b2c3-sw", f"h{h.index}-up", 2000 + h.index, f"h{h.index}", 1000 + h.index, True)
+        for h in p.hosts
+    }
+    assert {(e.src, e.dst) for e in up} == {(h.name, "sw") for h in p.hosts}
+    assert {(e.netns, e.ifname, e.port, e.far_netns, e.far_ifname, e.far_clsact) for e in down} == {
+        ("tb-a1b2c3-sw", h.switch_port, "", h.netns, "eth0", False) for h in p.hosts
+    }
+    assert not any(lk.a.queue for lk in p.links)
+    assert built("exact").link_ends() == plan(3).link_ends()  # exact: as before
 
 
 def test_run_ids():
