@@ -225,6 +225,7 @@ def _claimed(
     ui.phase("probing kernel")
     state.set_phase("probing kernel")
     caps = preflight.kernel_capabilities(state)
+    preflight.require_bpf(s, caps)
     stop.check()
     warnings: list[str] = preflight.check_workloads(s) + preflight.kernel_warnings(
         caps, hostcpu.backlog_limit()

@@ -171,6 +171,21 @@ def kernel_capabilities(state: RunState | None = None) -> Capabilities:
     return caps
 
 
+def require_bpf(s: Scenario, caps: Capabilities) -> None:
+    """link_mode exact-gso feeds hosts' uplinks through a BPF program, and a shared limit
+    counts through two (shaping/uplink.py, shared_limit.py): without cls_bpf, say which field
+    needs it before anything is built."""
+    needs = [
+        *(["topology.link_mode: exact-gso"] if s.topology.link_mode == "exact-gso" else []),
+        *(["tc_profile.shared_limit"] if s.tc_profile.shared_limit is not None else []),
+    ]
+    if needs and not caps.has("cls_bpf"):
+        raise EnvironmentProblem(
+            f"{' and '.join(needs)} need BPF tc filters, and this kernel lacks cls_bpf "
+            f"({HOW['cls_bpf']}); use link_mode: exact and a profile without shared_limit"
+        )
+
+
 def kernel_warnings(caps: Capabilities, backlog: int | None) -> list[str]:
     """What a missing optional feature or a short kernel setting costs the run, one line each;
     `backlog` is net.core.netdev_max_backlog (hostcpu.backlog_limit())."""

@@ -16,8 +16,10 @@ from pyroute2 import protocols
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.runtime.namespaces import scratch
-from testbed.shaping.apply import tc_call
+from testbed.shaping.apply import CLSACT_INGRESS, tc_call
+from testbed.shaping.bpf import BpfError
 from testbed.shaping.plan import Redirect
+from testbed.shaping.uplink import load_clone
 from testbed.topology import NETNS_NAMES
 
 HOW = {
@@ -31,6 +33,7 @@ HOW = {
     "clsact": "CONFIG_NET_SCH_INGRESS (modprobe sch_ingress)",
     "mirred": "CONFIG_NET_ACT_MIRRED (modprobe act_mirred)",
     "rps": "Linux >= 6.2 built with CONFIG_RPS (its sysctl net.core.rps_default_mask)",
+    "cls_bpf": "CONFIG_NET_CLS_BPF and CONFIG_BPF_SYSCALL (modprobe cls_bpf)",
 }
 RPS_DEFAULT_MASK = Path("/proc/sys/net/core/rps_default_mask")
 # ifb, clsact and mirred hold a host's uplink queue (topology.Link says why)
@@ -96,4 +99,17 @@ def _try_all(ipr, present: set[str]) -> None:
         "clsact", lambda: ipr.tc("add", "clsact", index=i)
     ):
         # the very filter a run puts on a host's eth0
-        attempt("mirred", lambda: tc_call(ipr, i, Redirect(ipr.link_lookup(ifname="pq")[0])))
+        q = ipr.link_lookup(ifname="pq")[0]
+        attempt("mirred", lambda: tc_call(ipr, i, Redirect(q)))
+        # and the one link_mode exact-gso puts on a switch's port (shared limits use cls_bpf
+        # too): optional, preflight.require_bpf says who needs it
+        try:
+            fd = load_clone(q)
+        except BpfError:
+            return
+        try:
+            attempt("cls_bpf", lambda: ipr.tc("add-filter", "bpf", index=i, parent=CLSACT_INGRESS,
+                                              prio=1, protocol=protocols.ETH_P_ALL, fd=fd,
+                                              name="probe", direct_action=True))  # fmt: skip
+        finally:
+            os.close(fd)

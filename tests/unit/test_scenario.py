@@ -439,6 +439,29 @@ def test_a_kernel_without_receive_steering_is_named_in_one_warning():
     assert "netdev_max_backlog is 1000" in line
 
 
+def test_a_kernel_without_cls_bpf_refuses_only_the_fields_that_need_it():
+    """exact-gso's uplink feed and a shared limit are BPF programs: without cls_bpf, one line
+    naming the field and the way out; exact links with per-band limits need none."""
+    from testbed import preflight
+    from testbed.errors import EnvironmentProblem
+    from testbed.runtime.kernel_probe import REQUIRED, Capabilities
+
+    bare = Capabilities(frozenset(REQUIRED))
+
+    def scenario(**topology: str) -> object:
+        data = {"name": "s", "topology": {"hosts": 2, **topology}, "tc_profile": "thesis-ns3"}
+        return load_scenario_data(data, "s.yaml")
+
+    preflight.require_bpf(scenario(), Capabilities(frozenset({*REQUIRED, "cls_bpf"})))
+    with pytest.raises(EnvironmentProblem) as e:
+        preflight.require_bpf(scenario(link_mode="exact-gso"), bare)
+    msg = str(e.value)
+    assert msg.startswith("topology.link_mode: exact-gso and tc_profile.shared_limit need BPF")
+    assert "modprobe cls_bpf" in msg and "\n" not in msg
+    plain = load_scenario_data({"name": "s", "topology": {"hosts": 2}}, "s.yaml")
+    preflight.require_bpf(plain, bare)  # nothing to refuse
+
+
 @pytest.mark.parametrize(
     ("cpus", "mask"),
     [(1, "1"), (2, "3"), (16, "ffff"), (32, "ffffffff"), (33, "1,ffffffff"),
