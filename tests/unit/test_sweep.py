@@ -30,6 +30,16 @@ BASE = {
 }
 
 
+class QuietUI:
+    """A sweep's display that shows nothing (run_sweep's ui)."""
+
+    def start_point(self, *a):
+        return None
+
+    def end_point(self, *a):
+        pass
+
+
 def write(tmp_path: Path, spec: dict, base: dict | None = None) -> Path:
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base or BASE, sort_keys=False))
     p = tmp_path / "sweep.yaml"
@@ -145,19 +155,12 @@ def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path):
             raise errors.TestbedError("boom")
         return {"status": "ok"}
 
-    class UI:
-        def start_point(self, *a):
-            return None
-
-        def end_point(self, *a):
-            pass
-
-    first = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    first = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, QuietUI())
     assert [o.status for o in first] == ["ok", "failed", "ok"] and calls == [1, 2, 3]
     rows = json.loads((out / "sweep.json").read_text())["results"]
     assert [r["status"] for r in rows] == ["ok", "failed", "ok"] and rows[1]["error"] == "boom"
     assert (out / "sweep.csv").read_text().count("\n") == 4
-    second = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    second = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, QuietUI())
     assert [o.status for o in second] == ["skipped", "ok", "skipped"] and calls[3:] == [2]
     # a resumed sweep still says how long its earlier runs took
     walls = [r["wall_s"] for r in json.loads((out / "sweep.json").read_text())["results"]]
@@ -197,14 +200,7 @@ def test_each_point_is_checked_against_its_expect(tmp_path):
         (folder / "summary.json").write_text(json.dumps(summary))
         return summary
 
-    class UI:
-        def start_point(self, *a):
-            return None
-
-        def end_point(self, *a):
-            pass
-
-    outcomes = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    outcomes = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, QuietUI())
     assert [o.expect_column for o in outcomes] == ["passed", "1 of 1 failed"]
     assert "FAIL" in outcomes[1].failed_checks[0] and "450ms" in outcomes[1].failed_checks[0]
     doc = json.loads((out / "sweep.json").read_text())
@@ -213,7 +209,7 @@ def test_each_point_is_checked_against_its_expect(tmp_path):
     kept = json.loads((out / "runs" / outcomes[1].point.folder / "expectations.json").read_text())
     assert kept[0]["passed"] is False and kept[0]["measured"][0]["value"] == 0.45
     # resumed: nothing runs again, the checks are evaluated again on the kept summaries
-    again = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, UI())
+    again = sw.run_sweep(spec, sw.expand(spec, p), out, fake_run, QuietUI())
     assert [o.status for o in again] == ["skipped", "skipped"]
     assert [o.expect_column for o in again] == ["passed", "1 of 1 failed"]
 
@@ -251,14 +247,7 @@ def test_sweep_csv_has_every_points_columns(tmp_path):
         return {"status": "ok", "workloads": {"horovod": "horovod"},
                 "horovod": {"iteration_time_s": {"mean": 0.5, "p99": 0.6}}}  # fmt: skip
 
-    class UI:
-        def start_point(self, *a):
-            return None
-
-        def end_point(self, *a):
-            pass
-
-    sw.run_sweep(spec, sw.expand(spec, p), tmp_path / "out", fake_run, UI())
+    sw.run_sweep(spec, sw.expand(spec, p), tmp_path / "out", fake_run, QuietUI())
     with open(tmp_path / "out" / "sweep.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["status"] for r in rows] == ["failed", "ok"]
@@ -277,14 +266,7 @@ def test_report_of_a_sweep_that_compares_nothing_lists_its_points(tmp_path):
         return {"status": "ok", "workloads": {"horovod": "horovod"},
                 "horovod": {"iteration_time_s": {"mean": 0.25 * scenario.seed, "p99": 1}}}  # fmt: skip
 
-    class UI:
-        def start_point(self, *a):
-            return None
-
-        def end_point(self, *a):
-            pass
-
-    sw.run_sweep(spec, sw.expand(spec, p), tmp_path / "out", fake_run, UI())
+    sw.run_sweep(spec, sw.expand(spec, p), tmp_path / "out", fake_run, QuietUI())
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "report", str(tmp_path / "out"),
                         "--json"], capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -352,21 +334,14 @@ def test_sweeps_that_share_a_folder_keep_their_own_record(tmp_path):
         (folder / "summary.json").write_text(json.dumps({"status": "ok"}))
         return {"status": "ok"}
 
-    class UI:
-        def start_point(self, *a):
-            return None
-
-        def end_point(self, *a):
-            pass
-
     out = tmp_path / "out"
     grid = write(tmp_path, {"seeds": [1, 2]})
-    sw.run_sweep(sw.load_spec(grid), sw.expand(sw.load_spec(grid), grid), out, fake_run, UI())
+    sw.run_sweep(sw.load_spec(grid), sw.expand(sw.load_spec(grid), grid), out, fake_run, QuietUI())
     more = tmp_path / "more.yaml"
     more.write_text(yaml.safe_dump({"name": "more", "base": "base.yaml", "seeds": [2, 3]}))
     time.sleep(0.01)  # the order is by the files' times
     spec = sw.load_spec(more)
-    outcomes = sw.run_sweep(spec, sw.expand(spec, more), out, fake_run, UI())
+    outcomes = sw.run_sweep(spec, sw.expand(spec, more), out, fake_run, QuietUI())
     assert [o.status for o in outcomes] == ["skipped", "ok"] and calls == [1, 2, 3]
     assert json.loads((out / "sweep.json").read_text())["name"] == "more"
     assert sw.sweeps_in(out) == ["s", "more"]
