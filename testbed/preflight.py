@@ -181,7 +181,8 @@ def require_bpf(s: Scenario, caps: Capabilities) -> None:
     ]
     if needs and not caps.has("cls_bpf"):
         raise EnvironmentProblem(
-            f"{' and '.join(needs)} need BPF tc filters, and this kernel lacks cls_bpf "
+            f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} BPF tc filters, "
+            f"and this kernel lacks cls_bpf "
             f"({HOW['cls_bpf']}); use link_mode: exact and a profile without shared_limit"
         )
 
