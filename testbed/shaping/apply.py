@@ -121,36 +121,33 @@ def tc_message(index: int, obj: TcObject) -> bytes:
     return bytes(msg)
 
 
-def _shared_limit_message(index: int, obj: TcObject, counters: Counters) -> bytes:
-    """A shared limit's filter (plan.SharedLimitIn/Out) with its program loaded now: its fd
-    is in the message, so it is encoded each time, not from the template cache."""
+def _bpf_filter_message(index: int, parent: str, prio: int, fd: int, name: str) -> bytes:
+    """A direct-action cls_bpf filter running the loaded program `fd`: its fd is in the
+    message, so it is encoded each time, not from the template cache."""
     batch = IPBatch()
     try:
-        if isinstance(obj, SharedLimitIn):
-            fd, parent, prio = counters.count_in(obj.key, obj.limit), obj.parent, obj.prio
-        else:
-            assert isinstance(obj, SharedLimitOut)
-            fd, parent, prio = counters.count_out(obj.key), CLSACT_INGRESS, 1
         batch.tc("add-filter", "bpf", index=index, parent=parent, prio=prio,
-                 protocol=protocols.ETH_P_ALL, fd=fd, name="testbed-shared-limit",
-                 direct_action=True)  # fmt: skip
+                 protocol=protocols.ETH_P_ALL, fd=fd, name=name, direct_action=True)  # fmt: skip
         return bytes(batch.batch)
     finally:
         batch.close()
+
+
+def _shared_limit_message(index: int, obj: TcObject, counters: Counters) -> bytes:
+    """A shared limit's filter (plan.SharedLimitIn/Out) with its program loaded now."""
+    if isinstance(obj, SharedLimitIn):
+        fd, parent, prio = counters.count_in(obj.key, obj.limit), obj.parent, obj.prio
+    else:
+        assert isinstance(obj, SharedLimitOut)
+        fd, parent, prio = counters.count_out(obj.key), CLSACT_INGRESS, 1
+    return _bpf_filter_message(index, parent, prio, fd, "testbed-shared-limit")
 
 
 def _clone_message(index: int, obj: CloneRedirect, programs: list[int]) -> bytes:
     """The uplink feed of link_mode exact-gso (plan.CloneRedirect), its program loaded now."""
     fd = load_clone(obj.target)
     programs.append(fd)
-    batch = IPBatch()
-    try:
-        batch.tc("add-filter", "bpf", index=index, parent=CLSACT_INGRESS, prio=1,
-                 protocol=protocols.ETH_P_ALL, fd=fd, name="testbed-uplink",
-                 direct_action=True)  # fmt: skip
-        return bytes(batch.batch)
-    finally:
-        batch.close()
+    return _bpf_filter_message(index, CLSACT_INGRESS, 1, fd, "testbed-uplink")
 
 
 def apply_plans(
