@@ -161,9 +161,12 @@ def test_tail_puts_the_exposed_buffers_bytes_in_the_higher_class(tmp_path):
     assert high / (high + low) == pytest.approx(p["share_to"], rel=0.02), (high, low, p)
 
 
-def test_by_ratio_puts_each_jobs_bytes_in_the_class_of_its_rank(tmp_path):
-    """examples/interleave.yaml's three jobs with policy by-ratio on thesis-3band: c (R 4.15)
-    high, b (2.84) middle, a (2.06) low. Every byte any of them sends crosses the fabric link
+@pytest.mark.parametrize(
+    "policy", ["by-ratio", {"kind": "interleave", "classes": ["high", "middle", "low"]}]
+)
+def test_by_ratio_puts_each_jobs_bytes_in_the_class_of_its_rank(tmp_path, policy):
+    """examples/interleave.yaml's three jobs with policy by-ratio (or interleave with its
+    classes) on thesis-3band: c (R 4.15) high, b (2.84) middle, a (2.06) low. Every byte any of them sends crosses the fabric link
     (a ring of two, one worker on each leaf: each worker sends its whole model each
     iteration), so leaf1's uplink to the spine carries, per class, that job's model × its
     iterations, in frames of 1448 B of payload: within 3 % (an iteration in flight at the
@@ -174,7 +177,7 @@ def test_by_ratio_puts_each_jobs_bytes_in_the_class_of_its_rank(tmp_path):
     data.update({"duration": "12s", "measure": {"warmup": "2s", "cooldown": "1s"},
                  "tc_profile": "thesis-3band"})  # fmt: skip
     for w in data["workloads"].values():
-        w["policy"] = "by-ratio"
+        w["policy"] = policy
     s = run_scenario(tmp_path, data)
     assert s["status"] == "ok"
     assert {n: s[n]["class"] for n in "abc"} == {"a": "low", "b": "middle", "c": "high"}

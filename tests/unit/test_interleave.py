@@ -349,3 +349,43 @@ def test_horovods_stop_vote_carries_the_slot_and_brings_a_rank_behind_onto_it():
         t.join(30)
     assert began[0][:2] == [0, 1] and began[1][:2] == [1, 2], began
     assert began[0][2:] == began[1][2:], began
+
+
+def test_interleave_with_classes_ranks_the_group_as_by_ratio_does():
+    """The jobs of the by-ratio test above, interleaved with classes: c (R 7.5) high, b (5.0)
+    middle, a (2.5) low; without classes each keeps the class it gives."""
+    pol = {"policy": {"kind": "interleave", "classes": ["high", "middle", "low"]}}
+    s = _jobs(a=pol, b={**pol, "compute_time": "200ms"},
+              c={**pol, "hosts": ["h1", "h2"], "compute_time": "300ms"})  # fmt: skip
+    assert {n: s.workloads[n].d.tc_class for n in "abc"} == {
+        "a": "low", "b": "middle", "c": "high"}  # fmt: skip
+    assert s.workloads["c"].d.dscp == s.tc_profile.cls("high").mark
+    own = _jobs(a={"tc_class": "low"}, b={"tc_class": "high"})
+    assert (own.workloads["a"].d.tc_class, own.workloads["b"].d.tc_class) == ("low", "high")
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            {"a": {"policy": {"kind": "interleave", "classes": ["high", "gold"]}}},
+            "workloads.a.policy.classes[1]: 'gold' is not a class",
+        ),
+        (
+            {"a": {"policy": {"kind": "interleave", "classes": ["high"]}, "tc_class": "low"}},
+            "workloads.a.tc_class: policy interleave with classes gives the job its class",
+        ),
+        (
+            {"a": {"policy": {"kind": "interleave", "classes": []}}},
+            "workloads.a.policy",
+        ),
+        (
+            {"a": {"policy": {"kind": "interleave", "classes": ["high", "low"]}}},
+            "workloads.b.policy.classes: none (its own class) differs from a's ['high', 'low']",
+        ),
+    ],
+)
+def test_interleave_classes_the_loader_cannot_give_are_one_line_naming_the_field(over, message):
+    with pytest.raises(ScenarioError) as e:
+        _jobs(**over)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)

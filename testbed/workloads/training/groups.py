@@ -1,7 +1,8 @@
 """What training policies derive across jobs, once every job of the scenario is resolved
-(the kind's `resolve_group`, called by testbed.resolve): by-ratio's classes (ranking.py) and
-interleave's given offsets, checked against the group's period (interleave.py). Both need
-every job of their group, which no single job's resolve sees."""
+(the kind's `resolve_group`, called by testbed.resolve): the classes of by-ratio, and of
+interleave when it gives `classes` (ranking.py), and interleave's given offsets, checked
+against the group's period (interleave.py). Each needs every job of its group, which no
+single job's resolve sees."""
 
 from __future__ import annotations
 
@@ -15,27 +16,37 @@ from testbed.workloads.training.ranking import classes
 
 
 def resolve(s: Any) -> None:
-    _rank(s)
+    _rank(s, "by-ratio")
+    _rank(s, "interleave")
     _check_offsets(s)
 
 
-def _rank(s: Any) -> None:
-    """Policy by-ratio: each job of the group its class, into its derived block."""
-    group = jobs_with(s, "by-ratio")
-    if not group:
-        return
-    lists = {tuple(w.policy.classes): n for n, w in group.items()}
+def _rank(s: Any, kind: str) -> None:
+    """Policy by-ratio, or interleave with `classes`: each job of the group its class, into
+    its derived block."""
+    group = jobs_with(s, kind)
+    if not any(w.policy.classes is not None for w in group.values()):
+        return  # interleave without classes: each job keeps its own
+    lists = {_listed(w.policy.classes): n for n, w in group.items()}
     if len(lists) > 1:
         (a, first), (b, second) = list(lists.items())[:2]
         raise FieldProblem(
             ("workloads", second, "policy", "classes"),
-            f"{list(b)} differs from {first}'s {list(a)}: the jobs of policy by-ratio rank "
+            f"{_shown(b)} differs from {first}'s {_shown(a)}: the jobs of policy {kind} rank "
             "against each other, so every one gives the same classes",
         )
     ratios = [(n, w.d.compute_to_network_ratio) for n, w in group.items()]
     for n, cls in classes(ratios, list(next(iter(lists)))).items():
         group[n].derived.tc_class = cls
         group[n].derived.dscp = s.tc_profile.cls(cls).mark
+
+
+def _listed(names: list[str] | None) -> tuple[str, ...]:
+    return tuple(names or ())
+
+
+def _shown(names: tuple[str, ...]) -> str:
+    return str(list(names)) if names else "none (its own class)"
 
 
 def _check_offsets(s: Any) -> None:

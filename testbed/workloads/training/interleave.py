@@ -43,6 +43,7 @@ from typing import Any
 
 from testbed.workloads.training.horovod_worker import pace_file
 from testbed.workloads.training.policies import group
+from testbed.workloads.training.ranking import ranks
 
 GRID = 720  # offsets tried per period
 
@@ -213,10 +214,13 @@ class Interleave:
         network_s: float,
         late: str = "catch-up",
         pace_log: Path | None = None,
+        ranked: tuple[int, str] | None = None,
     ) -> None:
-        """`pace_log`: rank 0's slots (horovod_worker.pace_file)."""
+        """`pace_log`: rank 0's slots (horovod_worker.pace_file); `ranked`: with the
+        policy's classes, the job's rank by compute-to-network ratio and the class it gave."""
         self.name, self.slots, self.slot = name, slots, slots[name]
         self.network_s, self.late, self.pace_log = network_s, late, pace_log
+        self.ranked = ranked
 
     def worker_config(self) -> dict[str, Any]:
         s = self.slot
@@ -246,6 +250,8 @@ class Interleave:
             "gap_s": s.gap_s,
             "late": self.late,
             "skip_after_s": self.skip_after_s if self.late == "skip" else None,
+            "rank": self.ranked[0] if self.ranked else None,
+            "to": self.ranked[1] if self.ranked else None,
             **self._kept(t0, t1),
         }
 
@@ -294,12 +300,17 @@ def plan_for(s: Any) -> tuple[list[Profile], dict[str, Slot]]:
 def start(job: Any) -> Interleave:
     """The runner of training job `job` (horovod.HorovodJob) whose policy is interleave: the
     plan on this machine's clock (the scenario the machine runs, dilated)."""
-    group, slots = plan_for(job.s)
-    mine = next(p for p in group if p.name == job.name)
+    profiles, slots = plan_for(job.s)
+    mine = next(p for p in profiles if p.name == job.name)
+    ranked = None
+    if job.cfg.policy.classes is not None:  # the loader gave the job its class (groups.py)
+        jobs = [(n, w.d.compute_to_network_ratio) for n, w in group(job.s, "interleave").items()]
+        ranked = (ranks(jobs).index(job.name) + 1, job.cfg.d.tc_class)
     return Interleave(
         job.name,
         slots,
         mine.network_s,
         late=job.cfg.policy.late,
         pace_log=pace_file(job.records_of(job.hosts()[0])),
+        ranked=ranked,
     )

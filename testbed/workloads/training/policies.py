@@ -25,7 +25,9 @@ module, and one line in POLICIES.
   period and each starts its iterations at an offset in it, computed from the jobs' own
   models so that their network phases do not overlap (training/interleave.py). A given
   offset is kept as given; today's `start` only shifts a job's first iteration, which drifts.
-  Any backend: it acts on when iterations start, not on their traffic.
+  Any backend: it acts on when iterations start, not on their traffic. With `classes`, the
+  group is also ranked as by-ratio ranks (slots keep the phases apart, classes decide the
+  collisions a late phase still makes).
 - by-ratio: job-level priority, Crux-style (SIGCOMM'24): the jobs with this policy are ranked
   by compute-to-network ratio, and the most compute-intensive job, which idles the most
   compute per byte it waits for, gets the first of `classes`, the next the second, and so on
@@ -149,6 +151,13 @@ class InterleavePolicy(BaseModel):
         "margin brings the job back onto its slots over the next iterations; `skip` moves it "
         "on to the first slot it is within the job's gap of (the free time the plan leaves "
         "after the job's network arcs: a phase later than that would run into another job's)",
+    )
+    classes: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="also give the interleaved jobs classes as policy by-ratio does, highest "
+        "priority first by compute-to-network ratio (every job of the group the same list); "
+        "default: each job's own tc_class",
     )
 
 

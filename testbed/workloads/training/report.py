@@ -66,6 +66,12 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
             f"this one's iterations every {fmt_ms(pol['slot_s'])} ms from offset "
             f"{fmt_ms(pol['offset_s'])} ms; its {fmt_ms(pol['network_s'])} ms of network alone "
             f"overlap the others' by {fmt_ms(pol['planned_overlap_s'])} ms in the plan"
+            + (
+                f"; rank {pol['rank']} of {pol['jobs']} by compute-to-network ratio, so class "
+                f"{pol['to']}"
+                if pol.get("rank")
+                else ""
+            )
         )
         if pol.get("on_slot_share") is not None:
             rule = (

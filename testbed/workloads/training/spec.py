@@ -310,13 +310,16 @@ def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
             "deadline, or its buffers)",
         )
     names = s.tc_profile.class_names
-    if isinstance(p, InterleavePolicy):
-        return
-    if isinstance(p, ByRatioPolicy):
+    if isinstance(p, InterleavePolicy | ByRatioPolicy):
+        if p.classes is None:
+            return
         if w.tc_class is not None or w.dscp is not None:
             raise FieldProblem(
                 ("tc_class" if w.tc_class is not None else "dscp",),
-                "policy by-ratio gives the job its class; remove this or the policy",
+                "policy by-ratio gives the job its class; remove this or the policy"
+                if isinstance(p, ByRatioPolicy)
+                else "policy interleave with classes gives the job its class; remove this or "
+                "the policy's classes",
             )
         for i, c in enumerate(p.classes):
             if c not in names:
@@ -495,6 +498,7 @@ POLICY_SHAPES["interleave"] = {
     "skip_after_s": "s",
     "on_slot_share": "1",
     "slots_missed": "1",
+    "rank": "1",
 }
 POLICY_SHAPES["by-ratio"] = {"rank": "1", "jobs": "1", "compute_to_network_ratio": "1"}
 POLICY = {"policy": {k: v for shape in POLICY_SHAPES.values() for k, v in shape.items()}}
