@@ -166,11 +166,11 @@ def test_tail_puts_the_exposed_buffers_bytes_in_the_higher_class(tmp_path):
 )
 def test_by_ratio_puts_each_jobs_bytes_in_the_class_of_its_rank(tmp_path, policy):
     """examples/interleave.yaml's three jobs with policy by-ratio (or interleave with its
-    classes) on thesis-3band: c (R 4.15) high, b (2.84) middle, a (2.06) low. Every byte any of them sends crosses the fabric link
-    (a ring of two, one worker on each leaf: each worker sends its whole model each
-    iteration), so leaf1's uplink to the spine carries, per class, that job's model × its
-    iterations, in frames of 1448 B of payload: within 3 % (an iteration in flight at the
-    end, the handshakes)."""
+    classes) on thesis-3band: c (R 4.15) high, b (2.84) middle, a (2.06) low. Every byte any
+    of them sends crosses the fabric link (a ring of two, one worker on each leaf: each worker
+    sends its whole model each iteration), so leaf1's uplink to the spine carries, per class,
+    that job's model × its iterations, in frames of 1448 B of payload: within 3 % (an
+    iteration in flight at the end, the handshakes)."""
     import yaml
 
     data = yaml.safe_load((ROOT / "examples" / "interleave.yaml").read_text())
