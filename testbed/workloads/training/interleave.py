@@ -43,7 +43,7 @@ from typing import Any
 
 from testbed.workloads.training.horovod_worker import pace_file
 from testbed.workloads.training.policies import group
-from testbed.workloads.training.ranking import ranks
+from testbed.workloads.training.ranking import rank_in
 
 GRID = 720  # offsets tried per period
 
@@ -304,8 +304,7 @@ def start(job: Any) -> Interleave:
     mine = next(p for p in profiles if p.name == job.name)
     ranked = None
     if job.cfg.policy.classes is not None:  # the loader gave the job its class (groups.py)
-        jobs = [(n, w.d.compute_to_network_ratio) for n, w in group(job.s, "interleave").items()]
-        ranked = (ranks(jobs).index(job.name) + 1, job.cfg.d.tc_class)
+        ranked = (rank_in(job.s, "interleave", job.name)[0], job.cfg.d.tc_class)
     return Interleave(
         job.name,
         slots,

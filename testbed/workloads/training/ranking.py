@@ -24,6 +24,13 @@ def classes(jobs: list[tuple[str, float]], names: list[str]) -> dict[str, str]:
     return {n: names[min(i, len(names) - 1)] for i, n in enumerate(ranks(jobs))}
 
 
+def rank_in(s: Any, kind: str, name: str) -> tuple[int, int]:
+    """Job `name`'s rank (1: the highest ratio) among scenario `s`'s jobs of policy `kind`,
+    and how many they are."""
+    jobs = [(n, w.d.compute_to_network_ratio) for n, w in group(s, kind).items()]
+    return ranks(jobs).index(name) + 1, len(jobs)
+
+
 class Ranked:
     def __init__(self, rank: int, jobs: int, ratio: float, cls: str) -> None:
         self.rank, self.jobs, self.ratio, self.cls = rank, jobs, ratio, cls
@@ -56,7 +63,5 @@ class Ranked:
 def start(job: Any) -> Ranked:
     """The runner of training job `job` whose policy is by-ratio (its class is already its
     derived one)."""
-    jobs = [(n, w.d.compute_to_network_ratio) for n, w in group(job.s, "by-ratio").items()]
-    order = ranks(jobs)
-    return Ranked(order.index(job.name) + 1, len(jobs), job.cfg.d.compute_to_network_ratio,
-                  job.cfg.d.tc_class)  # fmt: skip
+    rank, jobs = rank_in(job.s, "by-ratio", job.name)
+    return Ranked(rank, jobs, job.cfg.d.compute_to_network_ratio, job.cfg.d.tc_class)
