@@ -149,7 +149,12 @@ def aggregate(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
         "compare": compare,
         "axes": axes,
         "map": spec.get("map"),
-        "runs": {"points": doc["points"], "ok": doc["ok"], "failed": doc["failed"]},
+        "runs": {
+            "points": doc["points"],
+            "ok": doc["ok"],
+            "failed": doc["failed"],
+            "not_run": doc.get("not_run", 0),  # left out by --only, not finished before
+        },
         "cells": cells,
     }
 

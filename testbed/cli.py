@@ -440,8 +440,9 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool, name: str | None) -
     cmp = agg["compare"]
     r = agg["runs"]
     out.print(
-        f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed; "
-        f"{cmp['axis']} compared against {cmp['baseline']!r}"
+        f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed"
+        + (f", {r['not_run']} not run yet" if r["not_run"] else "")
+        + f"; {cmp['axis']} compared against {cmp['baseline']!r}"
     )
     t = views.compare_table(agg)
     out.print(t)
@@ -483,23 +484,39 @@ def _print_points(doc: dict[str, Any], as_json: bool) -> None:
 @click.option(
     "--swarm", is_flag=True, help="run the points on the nodes of this manager's Docker Swarm"
 )
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="AXIS=VALUE[,VALUE...]",
+    help="run only the points whose AXIS has one of the VALUEs (repeat for more axes: each "
+    "must hold); the file's other points stay in its record, as finished earlier or not run",
+)
 @_friendly
 def sweep(
-    sweep_file: Path, out: Path | None, plots: bool, dry_run: bool, verbose: bool, swarm: bool
+    sweep_file: Path,
+    out: Path | None,
+    plots: bool,
+    dry_run: bool,
+    verbose: bool,
+    swarm: bool,
+    only: tuple[str, ...],
 ) -> None:
     """Run every point of SWEEP_FILE (axes × paired axes × seeds), one after another.
 
     A run that finished before (same resolved scenario) is not run again, so an interrupted
     sweep resumes where it stopped; a failed run is recorded and the sweep goes on, and so does
     a point whose expect: checks fail (exit 3 at the end). Writes one run folder per point,
-    sweep.csv and sweep.json; `testbed report OUT` aggregates them."""
+    sweep.csv and sweep.json; `testbed report OUT` aggregates them. With --only, the points
+    the filters keep, and the record still holds every point of the file (report compares
+    every finished one), so a long sweep can be run in parts."""
     from testbed import sweep as sw
 
     spec = sw.load_spec(sweep_file)
     points = sw.expand(spec, sweep_file)
+    kept = sw.only_points(spec, points, only) if only else None
     out = out or sw.default_out(spec)
     if dry_run:
-        _print_dry_run(spec, points)
+        _print_dry_run(spec, [p for p in points if kept is None or p.index in kept])
         return
     from testbed.orchestrator import run
     from testbed.preflight import require_root
@@ -511,7 +528,12 @@ def sweep(
 
         with views.sweep_progress(err_console) as progress:
             outcomes = swarm_run.sweep(
-                spec, points, out, views.SwarmUI(progress), lambda m: progress.console.print(m)
+                spec,
+                points,
+                out,
+                views.SwarmUI(progress),
+                lambda m: progress.console.print(m),
+                only=kept,
             )
         if plots:
             for o in outcomes:
@@ -528,18 +550,23 @@ def sweep(
         return result.summary
 
     with views.sweep_progress(err_console) as progress:
-        outcomes = sw.run_sweep(spec, points, out, run_one, views.SweepUI(progress))
+        outcomes = sw.run_sweep(spec, points, out, run_one, views.SweepUI(progress), kept)
     _sweep_done(spec, points, outcomes, out)
 
 
 def _sweep_done(spec: Any, points: list[Any], outcomes: list[Any], out: Path) -> None:
     """The sweep's last line, and its exit: 1 if a run failed, 3 if a check failed."""
+    from testbed.sweep import NOT_RUN
+
     ran = [o for o in outcomes if o.status in ("ok", "failed")]
     failed = [o for o in outcomes if o.status == "failed"]
     unmet = [o for o in outcomes if o.failed_checks]
+    left = sum(o.status == NOT_RUN for o in outcomes)
     Console().print(
         f"sweep {spec.name}: {len(points)} points, {len(ran)} run now "
-        f"({len(outcomes) - len(ran)} finished earlier), {len(failed)} failed"
+        f"({len(outcomes) - len(ran) - left} finished earlier"
+        + (f", {left} left out by --only" if left else "")
+        + f"), {len(failed)} failed"
         + (f", {len(unmet)} failed their expect: checks" if unmet else "")
         + f"; results in {out}/sweep.csv — aggregate with `testbed report {out}`"
     )

@@ -124,7 +124,7 @@ class Point:
 @dataclass
 class Outcome:
     point: Point
-    status: str  # ok | failed | skipped (finished earlier) | interrupted
+    status: str  # ok | failed | skipped (finished earlier) | interrupted | not run (--only)
     wall_s: float = 0.0
     error: str | None = None
     summary: dict[str, Any] = field(default_factory=dict)
@@ -362,6 +362,52 @@ def _set_aside(folder: Path) -> None:
             return
 
 
+NOT_RUN = "not run"  # a point `--only` left out that had not finished before
+
+
+def only_points(spec: SweepSpec, points: list[Point], only: tuple[str, ...]) -> set[int]:
+    """The indices of the points that `--only AXIS=VALUE[,VALUE...]` keeps (each filter must
+    hold). AXIS is sweep.csv's column for it, its full path, `seed` or a paired axis; VALUE
+    as the sweep file writes it. Refused in one line: a filter without `=`, an axis or value
+    the file does not have."""
+    axes = {a: a for a in spec.axis_names()} | {spec.column(a): a for a in spec.axis_names()}
+    kept = {p.index for p in points}
+    for f in only:
+        name, eq, values = f.partition("=")
+        if not eq or not name.strip() or not values.strip():
+            raise ScenarioError(f"--only {f}: write AXIS=VALUE[,VALUE...], e.g. --only seed=3")
+        axis = axes.get(name.strip())
+        if axis is None:
+            known = ", ".join(spec.column(a) for a in spec.axis_names())
+            raise ScenarioError(
+                f"--only {f}: the sweep has no axis {name.strip()!r}; its axes: {known}"
+            )
+        wanted = [v.strip() for v in values.split(",") if v.strip()]
+        have = _axis_values(spec, axis)
+        for v in wanted:
+            if v not in have:
+                raise ScenarioError(
+                    f"--only {f}: {v!r} is not a value of {spec.column(axis)}; "
+                    f"its values: {', '.join(have)}"
+                )
+        kept &= {p.index for p in points if p.labels[axis] in wanted}
+    return kept
+
+
+def split(
+    points: list[Point], done_before: dict[str, Path], only: set[int] | None
+) -> tuple[list[Point], list[Point]]:
+    """The points to run now (not finished before, and kept by `--only`) and those `--only`
+    left out that had not finished (recorded as `not run`, so that the sweep's record still
+    holds every point of its file and `report` every finished one)."""
+    unfinished = [p for p in points if p.identity not in done_before]
+    if only is None:
+        return unfinished, []
+    return [p for p in unfinished if p.index in only], [
+        p for p in unfinished if p.index not in only
+    ]
+
+
 RunFn = Callable[[Scenario, Path, Any], dict[str, Any]]
 
 
@@ -371,20 +417,26 @@ def run_sweep(
     out: Path,
     run_one: RunFn,
     ui: SweepUI,
+    only: set[int] | None = None,
 ) -> list[Outcome]:
-    """Run every point not finished before. `run_one(scenario, run_dir, point_ui)` runs one
-    point and returns its summary (raising TestbedError on failure, Interrupted on Ctrl-C)."""
+    """Run every point not finished before (of those in `only`, the indices `--only` keeps;
+    None: all). `run_one(scenario, run_dir, point_ui)` runs one point and returns its summary
+    (raising TestbedError on failure, Interrupted on Ctrl-C)."""
     from testbed.orchestrator import Interrupted
 
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     (out / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     done_before = finished_runs(runs_dir)
+    todo, left_out = split(points, done_before, only)
+    not_run = {p.index for p in left_out}
+    total = len(points) - len(not_run)  # what the display counts: finished or to run
     outcomes: list[Outcome] = []
     walls: list[float] = []
     t_sweep = time.monotonic()
     try:
         for p in points:
+            done = len(outcomes) - sum(o.status == NOT_RUN for o in outcomes)
             prior = done_before.get(p.identity)
             if prior is not None:
                 if prior.name != p.folder:
@@ -393,14 +445,17 @@ def run_sweep(
                 p.folder = prior.name
                 outcomes.append(Outcome(p, "skipped", recorded_wall(prior), None, summary))
                 check(outcomes[-1], prior)
-                ui.end_point(outcomes[-1], len(outcomes), len(points))
+                ui.end_point(outcomes[-1], done + 1, total)
+                continue
+            if p.index in not_run:
+                outcomes.append(Outcome(p, NOT_RUN))
                 continue
             folder = runs_dir / p.folder
             if folder.exists():
                 _set_aside(folder)
-            left = len(points) - len(outcomes)
+            left = len(todo) - len(walls)
             eta = sum(walls) / len(walls) * left if walls else None
-            point_ui = ui.start_point(p, len(outcomes), len(points), eta)
+            point_ui = ui.start_point(p, done, total, eta)
             t0 = time.monotonic()
             try:
                 summary = run_one(p.scenario, folder, point_ui)
@@ -422,7 +477,7 @@ def run_sweep(
             check(o, folder)
             walls.append(o.wall_s)
             outcomes.append(o)
-            ui.end_point(o, len(outcomes), len(points))
+            ui.end_point(o, done + 1, total)
             write_results(spec, points, outcomes, out, time.monotonic() - t_sweep)
     finally:
         write_results(spec, points, outcomes, out, time.monotonic() - t_sweep)
@@ -516,6 +571,7 @@ def write_results(
         "ran": sum(1 for o in outcomes if o.status in ("ok", "failed")),
         "ok": sum(1 for o in outcomes if o.status in ("ok", "skipped")),
         "failed": sum(1 for o in outcomes if o.status == "failed"),
+        "not_run": sum(1 for o in outcomes if o.status == NOT_RUN),
         "expect_failed": sum(1 for o in outcomes if o.failed_checks),
         "wall_s": round(wall_s, 1),
         "run_s": round(sum(o.wall_s for o in outcomes), 1),

@@ -35,6 +35,7 @@ from testbed.swarm.cluster import LABEL_SWEEP, Node
 from testbed.swarm.results import Receiver
 from testbed.swarm.service import STOP_GRACE_S, PointService
 from testbed.sweep import (
+    NOT_RUN,
     Outcome,
     Point,
     SweepSpec,
@@ -43,6 +44,7 @@ from testbed.sweep import (
     check,
     finished_runs,
     recorded_wall,
+    split,
     write_results,
 )
 from testbed.workloads import kinds
@@ -150,6 +152,7 @@ class Dispatcher:
         nodes_ok: list[Node],
         sweep_id: str,
         poll_s: float = 1.0,
+        only: set[int] | None = None,
     ) -> None:
         self.c, self.spec, self.points, self.out, self.ui = c, spec, points, out, ui
         self.image, self.receiver, self.sweep_id, self.poll_s = image, receiver, sweep_id, poll_s
@@ -160,6 +163,8 @@ class Dispatcher:
         self.lost: collections.Counter[int] = collections.Counter()
         self.t0 = time.monotonic()
         self.owner = owner()
+        self.only = only  # the indices `--only` keeps (None: all)
+        self.left_out: dict[int, Outcome] = {}
 
     # ------------------------------------------------------------------ the loop
 
@@ -169,11 +174,12 @@ class Dispatcher:
             yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False)
         )
         done_before = finished_runs(self.runs_dir)
-        pending: collections.deque[Point] = collections.deque()
+        todo, left_out = split(self.points, done_before, self.only)
+        pending: collections.deque[Point] = collections.deque(todo)
+        self.left_out = {p.index: Outcome(p, NOT_RUN) for p in left_out}
         for p in self.points:
             prior = done_before.get(p.identity)
             if prior is None:
-                pending.append(p)
                 continue
             p.folder = prior.name
             summary = json.loads((prior / "summary.json").read_text())
@@ -206,15 +212,24 @@ class Dispatcher:
             raise
         finally:
             self._write()
-        return [self.outcomes[p.index] for p in self.points if p.index in self.outcomes]
+        return self._recorded()
+
+    def _recorded(self) -> list[Outcome]:
+        """The points' outcomes in the sweep's order, those `--only` left out among them."""
+        every = self.outcomes | self.left_out
+        return [every[p.index] for p in self.points if p.index in every]
 
     def _write(self) -> None:
-        done = [self.outcomes[p.index] for p in self.points if p.index in self.outcomes]
-        write_results(self.spec, self.points, done, self.out, time.monotonic() - self.t0)
+        write_results(
+            self.spec, self.points, self._recorded(), self.out, time.monotonic() - self.t0
+        )
+
+    def _total(self) -> int:
+        return len(self.points) - len(self.left_out)
 
     def _record(self, o: Outcome) -> None:
         self.outcomes[o.point.index] = o
-        self.ui.end_point(o, len(self.outcomes), len(self.points))
+        self.ui.end_point(o, len(self.outcomes), self._total())
 
     # ------------------------------------------------------------------ one point
 
@@ -238,7 +253,7 @@ class Dispatcher:
             self.receiver.forget(token)
             raise
         self.running[n.id] = Running(p, n, service, config, token, time.monotonic(), time.time())
-        self.ui.start_point(p, n, len(self.outcomes), len(self.points))
+        self.ui.start_point(p, n, len(self.outcomes), self._total())
         log.info("point %d (%s) on %s: service %s", p.index, p.title, n.hostname, name)
 
     def _follow(self, r: Running, node: Node | None, pending: collections.deque[Point]) -> None:

@@ -49,13 +49,20 @@ def sweep(
     out: Path,
     ui: Any,
     say: Callable[[str], None],
+    only: set[int] | None = None,
 ) -> list[Outcome]:
+    """Run the points not finished before (of `only`'s indices, where given) on the swarm."""
     with signals_flag():  # Ctrl-C, SIGTERM, SIGHUP: every task of the sweep stopped first
-        return _sweep(spec, points, out, ui, say)
+        return _sweep(spec, points, out, ui, say, only)
 
 
 def _sweep(
-    spec: SweepSpec, points: list[Point], out: Path, ui: Any, say: Callable[[str], None]
+    spec: SweepSpec,
+    points: list[Point],
+    out: Path,
+    ui: Any,
+    say: Callable[[str], None],
+    only: set[int] | None,
 ) -> list[Outcome]:
     dispatch.portable(points)
     c = cluster.client()
@@ -74,7 +81,7 @@ def _sweep(
         try:
             say(f"sweep {sweep_id}: {len(points)} points on {', '.join(n.hostname for n in nodes)}")
             return dispatch.Dispatcher(
-                c, spec, points, out, ui, ref, receiver, nodes, sweep_id
+                c, spec, points, out, ui, ref, receiver, nodes, sweep_id, only=only
             ).run()
         finally:
             receiver.close()

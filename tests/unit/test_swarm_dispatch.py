@@ -251,3 +251,16 @@ def test_an_interrupt_stops_every_task_and_keeps_their_folders(tmp_path):
             json.loads((tmp_path / "out" / r["folder"] / "summary.json").read_text())["status"]
             == "interrupted"
         )
+
+
+def test_only_sends_the_points_it_keeps_and_records_the_rest_as_not_run(tmp_path):
+    d, _swarm, receiver = setup(tmp_path, ["m1", "m2"], [1, 2, 3])
+    d.only = sw.only_points(d.spec, d.points, ("seed=1,3",))
+    try:
+        outcomes = d.run()
+    finally:
+        receiver.close()
+    assert [o.status for o in outcomes] == ["ok", sw.NOT_RUN, "ok"]
+    assert [r["status"] for r in rows(tmp_path)] == ["ok", sw.NOT_RUN, "ok"]
+    runs = sorted(f.name for f in (tmp_path / "out" / "runs").iterdir())
+    assert runs == [d.points[0].folder, d.points[2].folder]  # seed 2 sent to no node

@@ -350,3 +350,87 @@ def test_sweeps_that_share_a_folder_keep_their_own_record(tmp_path):
     assert sw.sweep_doc(out)["name"] == "more"
     with pytest.raises(ScenarioError, match=r"no sweep 'typo' ran in .*; it holds: s, more"):
         sw.sweep_doc(out, "typo")
+
+
+PAIRED = {
+    "seeds": [1, 2, 3],
+    "paired": {"scheme": {"same": {"workloads.horovod.tc_class": "high"},
+                          "low": {"workloads.horovod.tc_class": "low"}}},
+    "compare": {"axis": "scheme", "baseline": "same"},
+}  # fmt: skip
+
+
+def test_only_runs_part_of_a_sweep_and_its_record_keeps_every_point(tmp_path):
+    """A long sweep run in parts (`--only seed=1`, then `--only seed=2`): each invocation runs
+    its own points only, and the sweep's record holds every point of the file (finished ones
+    ok, the rest `not run`), so `report` compares every finished point, not the last part's."""
+    import subprocess
+    import sys
+
+    p = write(tmp_path, PAIRED)
+    spec = sw.load_spec(p)
+    out = tmp_path / "out"
+    calls: list[tuple[int, str]] = []
+    mean = {(1, "high"): 0.5, (1, "low"): 0.6, (2, "high"): 0.5, (2, "low"): 0.55}  # by hand
+
+    def fake_run(scenario, folder, _ui):
+        key = (scenario.seed, scenario.workloads["horovod"].tc_class)
+        calls.append(key)
+        folder.mkdir(parents=True)
+        summary = {"status": "ok", "workloads": {"horovod": "horovod"},
+                   "horovod": {"iteration_time_s": {"mean": mean[key], "p99": 1}}}  # fmt: skip
+        (folder / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+    ps = sw.expand(spec, p)
+    first = sw.run_sweep(spec, ps, out, fake_run, QuietUI(), sw.only_points(spec, ps, ("seed=1",)))
+    assert [o.status for o in first] == ["ok", "ok"] + [sw.NOT_RUN] * 4
+    doc = json.loads((out / "sweep.json").read_text())
+    assert (doc["points"], doc["ok"], doc["failed"], doc["not_run"]) == (6, 2, 0, 4)
+    assert not (out / "runs" / ps[2].folder).exists()  # a point left out leaves no folder
+    ps = sw.expand(spec, p)
+    second = sw.run_sweep(spec, ps, out, fake_run, QuietUI(), sw.only_points(spec, ps, ("seed=2",)))
+    assert [o.status for o in second] == ["skipped"] * 2 + ["ok"] * 2 + [sw.NOT_RUN] * 2
+    assert calls == [(1, "high"), (1, "low"), (2, "high"), (2, "low")]
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "report", str(out), "--json"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    agg = json.loads(r.stdout)
+    (low,) = agg["cells"]
+    assert low["seeds"] == [1, 2]  # both parts' points: +20 % and +10 %, by hand
+    assert low["change_pct"]["iteration"]["per_seed"] == pytest.approx([20.0, 10.0])
+    assert agg["runs"] == {"points": 6, "ok": 4, "failed": 0, "not_run": 2}
+
+
+def test_only_keeps_the_points_every_filter_holds_for(tmp_path):
+    p = write(tmp_path, {**PAIRED, "axes": {"workloads.websearch.arrival_rate": [1, 2]}})
+    spec = sw.load_spec(p)
+    ps = sw.expand(spec, p)
+    kept = sw.only_points(spec, ps, ("seed=1,3", "scheme=low", "arrival_rate=2"))
+    assert sorted((ps[i].labels["seed"], ps[i].labels["scheme"]) for i in kept) == [
+        ("1", "low"), ("3", "low")]  # fmt: skip
+    full = sw.only_points(spec, ps, ("workloads.websearch.arrival_rate=1",))
+    assert len(full) == 6 and all(ps[i].labels["workloads.websearch.arrival_rate"] == "1"
+                                  for i in full)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("only", "line"),
+    [
+        ("seed", "--only seed: write AXIS=VALUE[,VALUE...], e.g. --only seed=3"),
+        ("sched=low", "--only sched=low: the sweep has no axis 'sched'; its axes: seed, scheme"),
+        ("scheme=lo", "--only scheme=lo: 'lo' is not a value of scheme; its values: same, low"),
+        ("seed=1,4", "--only seed=1,4: '4' is not a value of seed; its values: 1, 2, 3"),
+    ],
+)
+def test_a_bad_only_is_one_line_and_nothing_is_created(tmp_path, only, line):
+    import subprocess
+    import sys
+
+    p = write(tmp_path, PAIRED)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "sweep", str(p), "--out", str(out),
+                        "--only", only], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert line in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not out.exists()
