@@ -252,6 +252,7 @@ def plot_tradeoff(agg: dict[str, Any], out: Path) -> Path | None:
     cells = list(dict.fromkeys(json.dumps(c["cell"], sort_keys=True) for c in agg["cells"]))
     values = list(dict.fromkeys(c[axis] for c in agg["cells"]))
     fig, axes = plt.subplots(1, len(cells), figsize=(4.6 * len(cells) + 1.4, 4.2), squeeze=False)
+    legend: dict[str, Any] = {}  # every value plotted in any cell, not only the last one's
     for ax, cell in zip(axes[0], cells, strict=True):
         for i, value in enumerate(values):
             mine = [c for c in agg["cells"]
@@ -262,14 +263,16 @@ def plot_tradeoff(agg: dict[str, Any], out: Path) -> Path | None:
             ys = mine[0]["change_pct"].get(y_key, {}).get("per_seed") or []
             pts = [(x, y) for x, y in zip(xs, ys, strict=False) if x is not None and y is not None]
             if pts:
-                ax.scatter(*zip(*pts, strict=True), label=value, color=f"C{i}", s=28)
+                dots = ax.scatter(*zip(*pts, strict=True), label=value, color=f"C{i}", s=28)
+                legend.setdefault(str(value), dots)
         ax.axvline(0, color="grey", lw=0.6)
         ax.axhline(0, color="grey", lw=0.6)
         ax.set_title(", ".join(f"{short_name(k)}={v}" for k, v in json.loads(cell).items()),
                      fontsize=9)  # fmt: skip
         ax.set_xlabel(f"{x_key} time change (%)")
         ax.set_ylabel(f"{y_key} flows' mean FCT change (%)")
-    axes[0][-1].legend(fontsize=8, title=f"{axis}, one point a seed", title_fontsize=8)
+    axes[0][-1].legend(list(legend.values()), list(legend), fontsize=8,
+                       title=f"{axis}, one point a seed", title_fontsize=8)  # fmt: skip
     fig.suptitle(f"{agg['name']}: against {agg['compare']['baseline']!r}, paired by seed",
                  fontsize=10)  # fmt: skip
     fig.tight_layout()

@@ -120,6 +120,27 @@ def test_the_tradeoff_plot_has_a_point_per_value_and_seed(sweep, tmp_path):
     assert plot_tradeoff(agg, tmp_path / "none.png") is None
 
 
+def test_the_tradeoff_legend_names_every_value_plotted(sweep, tmp_path, monkeypatch):
+    """A value finished in one cell only (a sweep run in parts) still gets its legend entry,
+    though the legend sits in the last cell's panel."""
+    import copy
+
+    import matplotlib.pyplot as plt
+
+    agg = aggregate(sweep)
+    values = sorted({c[CLS] for c in agg["cells"]})
+    assert len(values) >= 2
+    other = [copy.deepcopy(c) for c in agg["cells"] if c[CLS] == values[0]]
+    for c in other:  # a second cell, plotted last, where only the first value ran
+        c["cell"] = {**c["cell"], "x": "2"}
+    agg["cells"] += other
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    assert plot_tradeoff(agg, tmp_path / "tradeoff.png") is not None
+    legend = figures[-1].axes[-1].get_legend()
+    assert sorted(t.get_text() for t in legend.get_texts()) == values
+
+
 def test_report_prints_the_hand_computed_changes(sweep):
     """`testbed report SWEEP_DIR` needs no root: the table a user reads carries the figures
     computed by hand above, and --json the same aggregation."""
