@@ -263,7 +263,7 @@ def plot_tradeoff(agg: dict[str, Any], out: Path) -> Path | None:
             ys = mine[0]["change_pct"].get(y_key, {}).get("per_seed") or []
             pts = [(x, y) for x, y in zip(xs, ys, strict=False) if x is not None and y is not None]
             if pts:
-                dots = ax.scatter(*zip(*pts, strict=True), label=value, color=f"C{i}", s=28)
+                dots = ax.scatter(*zip(*pts, strict=True), color=f"C{i}", s=28)
                 legend.setdefault(str(value), dots)
         ax.axvline(0, color="grey", lw=0.6)
         ax.axhline(0, color="grey", lw=0.6)

@@ -3,6 +3,7 @@ from the flows and means written here, not by the code under test."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -123,8 +124,6 @@ def test_the_tradeoff_plot_has_a_point_per_value_and_seed(sweep, tmp_path):
 def test_the_tradeoff_legend_names_every_value_plotted(sweep, tmp_path, monkeypatch):
     """A value finished in one cell only (a sweep run in parts) still gets its legend entry,
     though the legend sits in the last cell's panel."""
-    import copy
-
     import matplotlib.pyplot as plt
 
     agg = aggregate(sweep)
