@@ -20,11 +20,12 @@
 # only if the image has none that answers). `check all` builds Horovod in the background while
 # the DDP tests run (the benchmark waits for the build, so its timings see an idle machine),
 # then runs the Horovod test and the extras: examples/gpu-web-{same,low}.yaml (web search beside
-# a GPU job, job in the same band and in the low band) and examples/gpu-real.yaml (a minute of
-# real training). Everything comes back in $OUT: the logs, the benchmark's JSON line and
-# records.tgz (pytest's XML, summaries, worker logs). On a machine whose nvidia-smi lists GPUs
-# a check fails unless every selected GPU test ran and passed (no skips), the benchmark
-# printed its figures and the extra runs ended ok.
+# a GPU job, job in the same band and in the low band), examples/gpu-real.yaml (a minute of
+# real training) and examples/gpu-schedule.yaml (the thesis' transfer schedule over NCCL).
+# Everything comes back in $OUT: the logs, the benchmark's JSON line and records.tgz (pytest's
+# XML, summaries, worker logs). On a machine whose nvidia-smi lists GPUs a check fails unless
+# every selected GPU test ran and passed (no skips), the benchmark printed its figures and the
+# extra runs ended ok.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -281,18 +282,21 @@ check_horovod() {  # check_horovod [WHEEL-FILE]: the wheel a background build le
 }
 
 check_extras() {
-  # web search beside a GPU job (same band, then low band), then a minute of real training
-  echo "== extras: examples/gpu-web-same.yaml, gpu-web-low.yaml, gpu-real.yaml"
+  # web search beside a GPU job (same band, then low band), a minute of real training, then
+  # the thesis' transfer schedule (issue 31) over NCCL
+  echo "== extras: examples/gpu-web-same.yaml, gpu-web-low.yaml, gpu-real.yaml, gpu-schedule.yaml"
   local rc=0 x tb
   tb="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/testbed"
-  for x in gpu-web-same gpu-web-low gpu-real; do
+  for x in gpu-web-same gpu-web-low gpu-real gpu-schedule; do
     rm -rf "/tmp/gpu-runs/$x"
     step 60 "$tb" up "examples/$x.yaml" --out "/tmp/gpu-runs/$x" --no-plots > "$REC/$x.txt" 2>&1 || rc=1
     tail -n 25 "$REC/$x.txt"
   done
   "$tb" report /tmp/gpu-runs/gpu-web-same /tmp/gpu-runs/gpu-web-low --no-plots 2>&1 \
     | tee "$OUT/extras.txt" || rc=1
-  "$tb" report /tmp/gpu-runs/gpu-real --no-plots 2>&1 | tee -a "$OUT/extras.txt" || rc=1
+  for x in gpu-real gpu-schedule; do  # one report each: two runs would be compared
+    "$tb" report "/tmp/gpu-runs/$x" --no-plots 2>&1 | tee -a "$OUT/extras.txt" || rc=1
+  done
   return $rc
 }
 
@@ -338,5 +342,5 @@ case "${1:-}" in
     } 2>&1 | tee "$OUT/check-$what.log"
     exit "${PIPESTATUS[0]}"
     ;;
-  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
