@@ -8,9 +8,9 @@
 #
 # pack keeps, per finished point (status ok), what `testbed sweep` needs to skip it and
 # `testbed report` needs to aggregate it: point.json, summary.json, scenario.yaml,
-# iterations.csv, flows.csv, queries.csv, rounds.csv, testbed.log (about 0.25 MB a 12 s point,
-# xz). Left out: links.csv (the report's utilization plot only), Prometheus' TSDB and each
-# host's raw files. A point already packed is not packed again.
+# iterations.csv, flows.csv, queries.csv, rounds.csv, testbed.log and each job's policy.csv
+# (about 0.25 MB a 12 s point, xz). Left out: links.csv (the report's utilization plot only),
+# Prometheus' TSDB and each host's raw files. A point already packed is not packed again.
 set -euo pipefail
 usage() { echo "usage: $0 pack SWEEP_OUT DEST | unpack DEST SWEEP_OUT" >&2; exit 2; }
 [ $# -eq 3 ] || usage
@@ -29,6 +29,9 @@ case "$1" in
       for f in point.json summary.json scenario.yaml iterations.csv flows.csv queries.csv \
                rounds.csv testbed.log; do
         [ -f "$run/$f" ] && files+=("$name/$f")
+      done
+      for f in "$run"/*/policy.csv; do  # a job's policy decisions (adaptive: one a switch)
+        [ -f "$f" ] && files+=("$name/${f#"$run"/}")
       done
       tar -C "$src" -cJf "$dest/$name.tar.xz" "${files[@]}"
       echo "packed $name ($(du -k "$dest/$name.tar.xz" | cut -f1) KB)"
