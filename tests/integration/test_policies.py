@@ -260,18 +260,25 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
     """examples/interleave.yaml: three 2-worker torch-ddp jobs whose rings all cross one
     100 Mbit/s fabric link, each about 250 ms an iteration alone, their network phases 82 % of
     that together. The plan puts them around one period of 250 ms × 1.05, at three offsets,
-    with nothing left overlapping; the pacer never starts an iteration before its slot, so no
-    job's mean iteration beats the slot. How well the jobs keep their slots is measured, not
-    asserted: in rank 0's pace log 98-100 % of iterations began on their slot on a quiet
-    machine (3 seeds, 2026-11-28), but in one full suite a slow first iteration (480 ms) put a
-    job behind its slot and catching up by the margin let the phases collide for the rest of
-    the run (docs/results/policies.md; `late: skip` is the remedy, not yet measured under
-    load), and in a CI run with half the CPU stolen one job never got back onto its slot
-    (share 0, 2026-12-01)."""
+    with nothing left overlapping; every rank's pace log shows that no iteration began before
+    its slot, and its records that none ended before its compute had run from there.
+
+    Not the mean iteration against the slot: a job that comes into the window late and
+    catches up there beats the slot on the window's mean by its lateness over the window's
+    iterations (CI, 2026-12-05: job a 259.9 ms against a slot of 263.0, about one slot of
+    lateness made up over 87 iterations), without any iteration starting early. How well
+    the jobs keep their slots is measured, not asserted: in rank 0's pace log 98-100 % of
+    iterations began on their slot on a quiet machine (3 seeds, 2026-11-28); a job whose
+    first slot was t0 itself, when every worker wakes, began it 75 ms late in 1 of 3 runs
+    (2026-12-05) and never got back (share 0), so the grid now begins one period after t0;
+    under load a late job still lets the phases collide (docs/results/policies.md; `late:
+    skip` is the remedy, not yet measured under load)."""
     out = tmp_path / "run"
     r = run_cli("up", str(ROOT / "examples" / "interleave.yaml"), "--out", str(out))
     assert r.returncode == 0, r.stderr
     s = json.loads((out / "summary.json").read_text())
+    t0 = json.loads((out / "a" / "go.json").read_text())["t0"]
+    p_compute = {"a": 0.165, "b": 0.182, "c": 0.199}  # examples/interleave.yaml
     offsets = []
     for name in ("a", "b", "c"):
         h = s[name]
@@ -279,7 +286,21 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
         assert (p["kind"], p["jobs"], p["planned_overlap_s"]) == ("interleave", 3, 0), p
         assert p["slot_s"] == p["period_s"] and p["network_s"] < 0.35 * p["slot_s"], p
         assert h["iterations"] >= 40, h
-        assert h["iteration_time_s"]["mean"] >= 0.99 * p["slot_s"], (name, h, p)
+        for host in h["iterations_per_worker"]:
+            paced = list(csv.DictReader((out / name / f"iterations-{host}.pace.csv").open()))
+            done = list(csv.DictReader((out / name / f"iterations-{host}.csv").open()))
+            assert len(paced) == len(done) >= h["iterations"], (name, host)
+            slots = [int(r["slot"]) for r in paced]
+            assert slots == sorted(set(slots)), (name, host, slots)  # one slot each, in order
+            for k, (pace, it) in enumerate(zip(paced, done, strict=True)):
+                began, slot_time = float(pace["began"]), float(pace["slot_time"])
+                assert began >= slot_time - 1e-5, (name, host, k, pace)  # CSV's 6 decimals
+                # the slot's time follows from the plan alone: t0 + one period + offset + k·slot
+                assert slot_time == pytest.approx(
+                    t0 + p["period_s"] + p["offset_s"] + int(pace["slot"]) * p["slot_s"],
+                    abs=1e-5,
+                ), (name, host, k, pace)
+                assert float(it["end"]) >= began + p_compute[name] - 1e-5, (name, host, it)
         # the free time of the period, shared out after each job's phase (one arc each)
         free = p["period_s"] - sum(s[n]["policy"]["network_s"] for n in "abc")
         assert p["gap_s"] == pytest.approx(free / 3, abs=2 * p["period_s"] / 720), p

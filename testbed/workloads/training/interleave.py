@@ -16,7 +16,10 @@ period is shared out equally between their network phases (a phase that runs lon
 model then eats into a gap, not into the next job's phase).
 
 The workers keep to the plan (horovod_worker.Pacer): iteration i of a job starts no earlier
-than t0 + offset + i · P / n. What a late iteration does is the policy's `late`: `catch-up`
+than t0 + P + offset + i · P / n. The grid begins one period after t0 because every worker of
+every job wakes at t0 (window.wait_for_go): a job whose first slot was t0 itself began it up to
+75 ms late on this 2-core machine (2026-12-05, 1 run of 3), beyond its gap, and its phase ran
+into the next job's for the rest of the run. What a late iteration does is the policy's `late`: `catch-up`
 starts it at once and keeps its place on the grid, so the slack that the margin leaves brings
 the job back onto it, a little each iteration; `skip` moves it on to the first slot it is
 within the job's gap of (the least free time the plan leaves between the end of one of the
@@ -225,7 +228,8 @@ class Interleave:
     def worker_config(self) -> dict[str, Any]:
         s = self.slot
         skip = self.skip_after_s if self.late == "skip" else None
-        return {"pace": {"offset_s": s.offset_s, "period_s": s.slot_s, "skip_after_s": skip}}
+        first = s.period_s + s.offset_s  # one period's lead for every job: the offsets hold
+        return {"pace": {"offset_s": first, "period_s": s.slot_s, "skip_after_s": skip}}
 
     @property
     def skip_after_s(self) -> float:
