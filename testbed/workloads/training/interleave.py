@@ -19,16 +19,16 @@ The workers keep to the plan (horovod_worker.Pacer): iteration i of a job starts
 than t0 + P + offset + i · P / n. The grid begins one period after t0 because every worker of
 every job wakes at t0 (window.wait_for_go): a job whose first slot was t0 itself began it up to
 75 ms late on this 2-core machine (2026-12-05, 1 run of 3), beyond its gap, and its phase ran
-into the next job's for the rest of the run. What a late iteration does is the policy's `late`: `catch-up`
-starts it at once and keeps its place on the grid, so the slack that the margin leaves brings
-the job back onto it, a little each iteration; `skip` moves it on to the first slot it is
-within the job's gap of (the least free time the plan leaves between the end of one of the
-job's network arcs and the start of another job's on the circle: the lateness past which its
-phase would run into another job's). Catching up costs nothing while the lateness stays
-within the gap and collides beyond it; skipping costs a slot and never collides. The iteration's recorded time
-includes any wait for its slot: the job's throughput, not only its busy time. The summary
-counts, from rank 0's pace log, the iterations that began on their slot and the slots the job
-skipped.
+into the next job's for the rest of the run. What a late iteration does is the policy's `late`:
+`catch-up` starts it at once and keeps its place on the grid, so the slack that the margin
+leaves brings the job back onto it, a little each iteration; `skip` moves it on to the first
+slot it is within the job's gap of (the least free time the plan leaves between the end of one
+of the job's network arcs and the start of another job's on the circle: the lateness past which
+its phase would run into another job's). Catching up costs nothing while the lateness stays
+within the gap and collides beyond it; skipping costs a slot and never collides. The
+iteration's recorded time includes any wait for its slot: the job's throughput, not only its
+busy time. The summary counts, from rank 0's pace log, the iterations that began on their slot
+and the slots the job skipped.
 
 What the plan assumes: every job of the group shares one bottleneck (placing them apart costs
 nothing if they do not), and the model's arcs alone are what the jobs do (compute emulated
