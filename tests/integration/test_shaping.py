@@ -381,9 +381,14 @@ def test_a_backlogged_queue_fills_and_overflows_like_a_switch_port(
     most = max(backlogs(tmp_path / "run", node, direction))
     assert most >= 0.8 * 1000 * frame, f"the queue held at most {most / frame:.0f} frames"
     assert most <= 1000 * frame, f"{most} bytes queued: more than 1000 frames"
-    # one class alone never holds more than its limit; its queue counted in packets too
+    # one class alone never holds more than its limit; its queue counted in packets too. The
+    # summary samples the measured window only, after the queue first overflowed (in slow
+    # start, before the window): Reno then halves, and as the path's BDP is under a packet the
+    # flows' windows are the queue, so it holds half the limit or more (503 the least seen in
+    # 12 runs) and refills at 3 packets a queue-length RTT, ~30 s from half to full. Whether a
+    # window sample finds it above 800 is luck (699-1000 in those runs; 769 failed CI once).
     q = s["queues"]
-    assert q["samples_over_limit"] == 0 and 800 <= q["max_packets"] <= 1000, q
+    assert q["samples_over_limit"] == 0 and 500 <= q["max_packets"] <= 1000, q
     # the link still carries its rate: the drops are the queue's, not a stall's
     assert be["rate_bps"] <= 1.02 * rate
     rate_at_least(be["rate_bps"], 0.95 * rate, s, f"{node}'s {direction}link")
