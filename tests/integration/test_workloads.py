@@ -31,27 +31,32 @@ def uplink_bytes(summary, cls: str) -> int:
 
 
 def test_synthetic_job_tracks_the_configured_compute_time(tmp_path):
+    """Two workers, not three: a Horovod worker whose compute is a sleep still polls about a
+    third of a core (its background loop, HOROVOD_CYCLE_TIME 1 ms), so three of them on this
+    machine's 2 cores kept it 66-74 % busy and measured the CPU's oversubscription, not the
+    job: 1.10-1.12 × compute on a quiet machine (5 runs), 1.16 in a CI run (2026-12-05).
+    Two leave a core free: 1.06 × compute (3 runs), 8 ms of it the allreduce."""
     s = run_scenario(
         tmp_path,
         {
             "duration": "12s",
-            "topology": {"hosts": 3, "link_rate": "1gbit"},
+            "topology": {"hosts": 2, "link_rate": "1gbit"},
             "workloads": {"horovod": {"model_size": "1MB", "compute_time": "300ms"}},
         },
     )
     h = s["horovod"]
-    assert s["status"] == "ok" and h["workers"] == 3
+    assert s["status"] == "ok" and h["workers"] == 2
     assert h["iterations_measured"] >= 15
     assert h["iteration_time_s"]["mean"] >= 0.3 * 0.85  # no iteration beats its compute
     time_at_most(h["iteration_time_s"]["mean"], 0.3 * 1.15, s, "the mean iteration")
     it = rows(tmp_path / "run" / "iterations.csv")
-    assert {r["worker"] for r in it} == {"h1", "h2", "h3"}
+    assert {r["worker"] for r in it} == {"h1", "h2"}
     # Bounds from the clock, not from the records: no worker can fit more than 12 s / 0.3 s = 40
     # iterations of 300 ms compute into the run, and the allreduce of 1 MB at 1 Gbit/s
-    # (2 · 2/3 · 1 MB · 8 / 1e9 = 11 ms) leaves room for at least half of that after start-up.
+    # (2 · 1/2 · 1 MB · 8 / 1e9 = 8 ms) leaves room for at least half of that after start-up.
     # Broken looks like: compute skipped or shortened (more than 40, or iterations < 0.3 s),
     # a stuck worker (fewer than 20).
-    for worker in ("h1", "h2", "h3"):
+    for worker in ("h1", "h2"):
         mine = [r for r in it if r["worker"] == worker]
         assert 20 <= len(mine) <= 40, (worker, len(mine))
         for r in mine:  # every iteration computes its 300 ms, by the wall clock
