@@ -99,9 +99,10 @@ def test_the_thesis_schedule_lands_on_predict_and_beats_fifo_with_a_barrier(tmp_
 
     What the worker adds to the model, measured per reduction (2026-12-05, priority): ~14 ms
     of agreement rounds and ~8 ms of TCP over the model's 4 transfers on the critical path,
-    417 ms against predict's 389.6 (7 quiet runs: medians 1.05-1.08 × predict). The mean is
-    not the steady state: in one CI run 3 of 14 iterations took 454-510 ms at 0 % steal (the
-    link idle part of that time; cause not found), a mean 1.103 × predict, median 1.075."""
+    417 ms against predict's 389.6 (quiet runs: means 1.053-1.076 × predict in 7, medians
+    1.06 in 3 more). The mean is not the steady state: in one CI run 3 of 14 iterations took
+    454-510 ms at 0 % steal (the link idle part of that time; cause not found), a mean 1.103 ×
+    predict, median 1.075."""
     from testbed.resolve import load_scenario_data
     from testbed.workloads.training.predict import for_scenario
     from tests.bounds import time_at_most
