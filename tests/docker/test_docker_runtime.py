@@ -170,12 +170,15 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
     s = run(load_scenario_data(data, "test"), out=out).summary
     assert s["status"] == "ok" and s["runtime"] == "docker"
     h, w = s["horovod"], s["websearch"]
-    # 21 s of window at ~0.5-0.9 s per iteration; this VM has stalled one for 6.6 s (14 seen)
-    assert h["workers"] == 4 and h["iterations"] >= 10
+    # 21 s of window at ~0.5-0.9 s per iteration; this VM has stalled one for 6.6 s (14 seen).
+    # A count in a fixed window is a time in disguise: enough for a median here, and the
+    # typical iteration's time bounded above through time_at_most
+    assert h["workers"] == 4 and h["iterations"] >= 3
     # no iteration beats its 480 ms of compute; the typical one is near it (the mean of a
     # 25 s run can carry one multi-second stall: docs/results/runtime.md, "Noise")
     assert h["min_iteration_over_compute"] >= 1.0
     assert h["iteration_time_s"]["p50"] >= 0.48
+    time_at_most(h["iteration_time_s"]["p50"], 3 * 0.48, s, "the typical iteration")
     assert w["flows_started"] > 0 and w["fct_s"]["all"]["count"] > 0
     # every worker sends 2(1 - 1/N) × the 1 MB model per iteration
     iters = len(rows(out / "iterations.csv")) // 4

@@ -268,7 +268,9 @@ def test_thesis_mini_end_to_end(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     h, w, win = s["horovod"], s["websearch"], s["window"]
     assert h["workers"] == 4 and h["class"] == "low" and w["class"] == "high"
-    assert h["iterations"] >= 40
+    # a count of iterations in a fixed window is a time in disguise: enough for a mean and a
+    # p99 here; time_at_most (the end) bounds the time, excused only for the window's steal
+    assert h["iterations"] >= 10
     assert h["iteration_time_s"]["mean"] >= 0.48
     assert {"mean", "p50", "p99"} <= set(h["iteration_time_s"])
     assert set(w["fct_s"]) == {"small", "medium", "large", "all"}
@@ -282,10 +284,10 @@ def test_thesis_mini_end_to_end(tmp_path):
         "timed_out",
     }
     # 60 s of 480 ms compute: at most 60 / 0.48 = 125 iterations per worker (broken: compute
-    # skipped or shortened)
+    # skipped or shortened); every worker took part (the lower count is no time bound)
     its = rows(out / "iterations.csv")
     for worker in ("h1", "h2", "h3", "h4"):
-        assert 40 <= sum(1 for r in its if r["worker"] == worker) <= 125, worker
+        assert 10 <= sum(1 for r in its if r["worker"] == worker) <= 125, worker
     flows = rows(out / "flows.csv")
     # 0.913 flows/s per host (below) × 4 hosts × 60 s = 219 expected over the whole run;
     # σ = √219 = 14.8, ±4σ = 160 … 278 (broken: the rate per network, 55, or per pair, 657)
