@@ -104,13 +104,16 @@ def test_the_pacer_holds_each_iteration_to_its_slot_and_lets_a_late_one_go_at_on
     assert clock.time() == before
 
 
-def test_a_pacer_that_skips_waits_for_the_next_slot_and_logs_each_slot(tmp_path):
-    """Slots every 0.2 s from 0.1; skip after 0.08 s late. Iteration 0 on its slot (0.1);
-    iteration 1 comes at 0.42, 0.12 late for its slot at 0.3: it waits for 0.5 (one slot
-    skipped); iteration 2 comes at 0.66, before its slot at 0.7: it waits; iteration 3 comes
-    at 0.93, 0.03 late for 0.9 (within 0.08): it begins at once, catching up; iteration 4
-    comes at 1.33, 0.23 late for 1.1 but only 0.03 for 1.3: it moves on to 1.3 and begins
-    at once. Iterations 0, 2 (at 0.5) and 3 (at 0.7) begin on their slots: 3 of 5."""
+def test_a_pacer_that_skips_gives_up_slots_on_the_vote_and_logs_each_slot(tmp_path):
+    """One rank (its own votes read back, lag 1), slots every 0.2 s from 0.1; skip after
+    0.08 s late. Iteration 0 on its slot (0.1). Iteration 1 comes at 0.42, 0.12 late for its
+    slot at 0.3: nothing on this rank's own clock moves the grid, so it begins at once; its
+    vote, read before iteration 2, gives up ⌈(0.12 − 0.08) / 0.2⌉ = 1 slot, so iteration 2,
+    coming at 0.66, waits for 0.7 instead of beginning late at 0.66 for 0.5. Iteration 3
+    comes at 0.93, 0.03 late for 0.9 (within 0.08): at once, and no slot given up after it.
+    Iteration 4 comes at 1.33, 0.23 late for 1.1: at once; its vote gives up 1 slot
+    (⌈0.15 / 0.2⌉), so iteration 5, coming at 1.45, waits for 1.5. On their slots: 0, 2 and 5
+    (1 % of a slot is 2 ms): 3 of 6; 2 slots missed."""
     clock = StepClock()
     t0 = clock.time()
     log = tmp_path / "pace.csv"
@@ -120,27 +123,58 @@ def test_a_pacer_that_skips_waits_for_the_next_slot_and_logs_each_slot(tmp_path)
     def at(t: float) -> None:
         clock.sleep(t0 + t - clock.time())
 
-    p.wait()
-    at(0.42)
-    p.wait()
-    assert clock.time() - t0 == pytest.approx(0.5)
-    at(0.66)
-    p.wait()
-    assert clock.time() - t0 == pytest.approx(0.7)
-    at(0.93)
-    p.wait()
-    at(1.33)
-    p.wait()
+    for i, comes in enumerate([0.0, 0.42, 0.66, 0.93, 1.33, 1.45]):
+        if i > 0:
+            p.agree(i - 1, *p.vote_of(i - 1))
+        at(comes)
+        p.wait()
     rows = list(csv.DictReader(log.open()))
-    assert [int(r["slot"]) for r in rows] == [0, 2, 3, 4, 6]
-    assert [int(r["skipped"]) for r in rows] == [0, 1, 0, 0, 1]
+    assert [int(r["slot"]) for r in rows] == [0, 1, 3, 4, 5, 7]
+    assert [int(r["skipped"]) for r in rows] == [0, 0, 1, 0, 0, 1]
     assert [float(r["slot_time"]) - t0 for r in rows] == pytest.approx(
-        [0.1, 0.5, 0.7, 0.9, 1.3], abs=1e-5
+        [0.1, 0.3, 0.7, 0.9, 1.1, 1.5], abs=1e-5
     )
     assert [float(r["began"]) - t0 for r in rows] == pytest.approx(
-        [0.1, 0.5, 0.7, 0.93, 1.33], abs=1e-5
+        [0.1, 0.42, 0.7, 0.93, 1.33, 1.5], abs=1e-5
     )
-    assert keeping(rows, 0.2) == {"on_slot_share": 3 / 5, "slots_missed": 2}
+    assert keeping(rows, 0.2) == {"on_slot_share": 3 / 6, "slots_missed": 2}
+
+
+def test_ranks_that_judge_their_lateness_apart_give_up_the_same_slots():
+    """Two ranks, slots every 0.05 s, skip after 0.01 s. Iteration 0 ends at different
+    moments on the two (a ring's ranks do not leave an all-reduce together): a begins
+    iteration 1 0.008 s late, b 0.012 s late, either side of the limit. Both begin at once,
+    and iteration 1's vote (the most either was late, 0.012) gives up one slot on both before
+    iteration 2: both begin it on slot 3. Iteration 0's vote (0 late) gives up nothing."""
+    a, b = _two_ranks(ahead=False)
+    for p in (a, b):
+        p.wait()
+    _vote(a, b, (0,))
+    a.clock.sleep(0.05 + 0.008 - (a.clock.time() - a.base))
+    b.clock.sleep(0.05 + 0.012 - (b.clock.time() - b.base))
+    for p in (a, b):
+        p.wait()
+    assert a.vote_of(1) == (1, pytest.approx(0.008, abs=1e-6))
+    assert b.vote_of(1) == (1, pytest.approx(0.012, abs=1e-6))
+    _vote(a, b, (1,))
+    assert a.slot == b.slot == 3 and a.skipping == b.skipping == 1
+
+
+def test_slots_given_up_since_an_iteration_count_against_its_lateness():
+    """Lag 2 (Horovod without a barrier): iteration 1 has begun when iteration 0's vote is
+    read. Slots every 0.05 s, skip after 0.01 s: iterations 0 and 1 both began 0.03 s late.
+    Iteration 0's vote gives up ⌈0.02 / 0.05⌉ = 1 slot; iteration 1's, 0.03 late but for a
+    slot already given up (0.03 − 0.05 < 0.01), gives up none more."""
+    a, b = _two_ranks(ahead=False)
+    for p in (a, b):
+        p.clock.sleep(0.03)
+        p.wait()
+        p.clock.sleep(0.05)
+        p.wait()
+    _vote(a, b, (0,))
+    assert a.slot == b.slot == 3
+    _vote(a, b, (1,))
+    assert a.slot == b.slot == 3
 
 
 def test_keeping_counts_iterations_on_their_slot_and_the_slots_missed_while_late():
@@ -249,21 +283,23 @@ def test_a_ranking_the_loader_cannot_make_is_one_line_naming_the_field(over, mes
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
-def _two_ranks() -> tuple[Pacer, Pacer]:
-    """Two ranks of one job, slots every 0.05 s; b a slot ahead of a."""
+def _two_ranks(ahead: bool = True) -> tuple[Pacer, Pacer]:
+    """Two ranks of one job, slots every 0.05 s, skip after 0.01 s; with `ahead`, b a slot
+    ahead of a."""
     cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01}}
     t0 = StepClock().time()
     a, b = Pacer(cfg, t0, clock=StepClock(t0)), Pacer(cfg, t0, clock=StepClock(t0))
-    b.slot = 1
+    b.slot = 1 if ahead else 0
     return a, b
 
 
 def _vote(a: Pacer, b: Pacer, iterations: tuple[int, ...]) -> None:
-    """Each iteration's stop vote read back on both ranks: the latest slot either began it at."""
+    """Each iteration's stop vote read back on both ranks: the latest slot either began it at
+    and the most either was late."""
     for i in iterations:
-        latest = max(a.slot_of(i), b.slot_of(i))
-        a.agree(i, latest)
-        b.agree(i, latest)
+        (sa, la), (sb, lb) = a.vote_of(i), b.vote_of(i)
+        a.agree(i, max(sa, sb), max(la, lb))
+        b.agree(i, max(sa, sb), max(la, lb))
 
 
 def test_a_rank_behind_the_latest_slot_of_an_iteration_moves_its_grid_on_once():
@@ -287,8 +323,8 @@ def test_a_rank_behind_the_latest_slot_of_an_iteration_moves_its_grid_on_once():
 
 
 def test_a_rank_that_caught_up_on_its_own_since_is_not_moved_again():
-    """As above, but a skipped onto b's grid by itself in iteration 1 (it began it at slot 2,
-    as b did). Iteration 0's vote then moves nothing: its next slot stays 3, b's too."""
+    """As above, but a had moved onto b's grid before iteration 1 (it began it at slot 2, as
+    b did). Iteration 0's vote then moves nothing: its next slot stays 3, b's too."""
     a, b = _two_ranks()
     for p in (a, b):
         p.wait()

@@ -35,9 +35,10 @@ time the model does not have; once all of an iteration's buffers are agreed read
 choices need no round. fifo with fixed buffers is deterministic by construction (the next
 buffer in readiness order, waited for locally; the collective waits for the slowest rank),
 so it has one round per iteration only. That first round also carries each rank's stop vote
-(min of −vote = −max) and the slot it began the iteration at (policy interleave:
-horovod_worker.Pacer), read before the next iteration starts, so every rank stops after the
-same one and the ranks keep to the same slots. The worker prints its rounds and their durations in its log when it ends.
+(min of −vote = −max) and the slot it began the iteration at and how late (policy
+interleave: horovod_worker.Pacer), read before the next iteration starts, so every rank stops
+after the same one and the ranks keep to the same slots. The worker prints its rounds and
+their durations in its log when it ends.
 """
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ class Ring:
         self.ready = 0  # units ready here in iteration `ready_iter`, in readiness order
         self.ready_iter = -1
         self.done = [-1] * n_layers  # the last iteration whose reduction of layer j ended
-        self.flags: dict[int, tuple[bool, int]] = {}  # this rank's stop vote and slot
-        self.votes: dict[int, tuple[bool, int]] = {}  # the agreed ones (any stop, latest slot)
+        self.flags: dict[int, tuple[bool, int, float]] = {}  # stop vote, slot, lateness here
+        self.votes: dict[int, tuple[bool, int, float]] = {}  # agreed: any stop, the latest
         self.closing = False
         self.error: BaseException | None = None
         self.rounds: list[float] = []  # each agreement round's duration here
@@ -156,9 +157,9 @@ class Ring:
         self.thread.start()
 
     # the main thread's side
-    def mark(self, i: int, count: int, flag: tuple[bool, int] | None = None) -> None:
+    def mark(self, i: int, count: int, flag: tuple[bool, int, float] | None = None) -> None:
         """`flag`: with the first unit of iteration i, this rank's stop vote and the slot it
-        began the iteration at (horovod_worker.Pacer.slot_of)."""
+        began the iteration at and how late (horovod_worker.Pacer.vote_of)."""
         with self.cv:
             if flag is not None:
                 self.flags[i] = flag
@@ -178,9 +179,9 @@ class Ring:
     def wait_all(self, i: int) -> None:
         self._wait(lambda: min(self.done) >= i)
 
-    def stop_vote(self, i: int) -> tuple[bool, int]:
-        """Iteration i's agreed vote: whether any rank votes to stop, and the latest slot a
-        rank began it at."""
+    def stop_vote(self, i: int) -> tuple[bool, int, float]:
+        """Iteration i's agreed vote: whether any rank votes to stop, the latest slot a rank
+        began it at, and the most a rank began it late."""
         self._wait(lambda: i in self.votes)
         with self.cv:
             return self.votes.pop(i)
@@ -238,19 +239,19 @@ class Ring:
         return True
 
     def _agree(self, it: int, local: int, first: bool) -> int:
-        """MIN over the ranks of the ready count (and, in the first round, of −stop vote and
-        −slot: any stop, the latest slot)."""
+        """MIN over the ranks of the ready count (and, in the first round, of −stop vote,
+        −slot and −lateness in µs: any stop, the latest slot, the latest start)."""
         t0 = time.perf_counter()
         with self.cv:
-            flag, slot = self.flags.pop(it, (False, 0)) if first else (False, 0)
-        t = self.torch.tensor([local, -1 if flag else 0, -slot], dtype=self.torch.int64)
-        t = t.to(self.device)
+            flag, slot, late = self.flags.pop(it, (False, 0, 0.0)) if first else (False, 0, 0.0)
+        vote = [local, -1 if flag else 0, -slot, -round(late * 1e6)]
+        t = self.torch.tensor(vote, dtype=self.torch.int64).to(self.device)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
-        agreed, vote, latest = t.tolist()
+        agreed, stop, latest, late_us = t.tolist()
         self.rounds.append(time.perf_counter() - t0)
         if first:
             with self.cv:
-                self.votes[it] = (vote < 0, -latest)
+                self.votes[it] = (stop < 0, -latest, -late_us / 1e6)
                 self.cv.notify_all()
         return int(agreed)
 
@@ -306,18 +307,18 @@ def scheduled(
     try:
         while limit is None or i < limit:
             if i > 0:
-                stop, latest = ring.stop_vote(i - 1)
+                stop, latest, late = ring.stop_vote(i - 1)
                 if stop:
                     break
-                pacer.agree(i - 1, latest)
+                pacer.agree(i - 1, latest, late)
             start = Stamp()
             if pending is not None:
                 rec.add(pending[0], pending[1], start, pending[2])
                 pending = None
             pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
-            flag: tuple[bool, int] | None = (
+            flag: tuple[bool, int, float] | None = (
                 FINISH.is_set() or end.late(start.wall, lag=1),
-                pacer.slot_of(i),
+                *pacer.vote_of(i),
             )
             compute = 0.0
             for j, (_, _, fwd, _) in enumerate(layers):

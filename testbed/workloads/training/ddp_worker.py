@@ -18,7 +18,7 @@ real: DistributedDataParallel around a small CNN on random data (CPU), bucket_ca
 
 Stop: as Horovod's, a MAX allreduce per iteration carries each rank's "stop" vote (SIGUSR1,
 or the next iteration would start after the run's end) and, under policy interleave, the slot
-it began that iteration at (horovod_worker.Pacer), read one iteration later, so every rank
+it began that iteration at and how late (horovod_worker.Pacer), read one iteration later, so every rank
 stops after the same iteration and the ranks keep to the same slots.
 """
 
@@ -72,7 +72,7 @@ class StopVote:
 
     def submit(self, i: int, started: float) -> None:
         late = self.end.late(started, lag=1)
-        vote = [1.0 if FINISH.is_set() or late else 0.0, float(self.pacer.slot_of(i))]
+        vote = [1.0 if FINISH.is_set() or late else 0.0, *map(float, self.pacer.vote_of(i))]
         t = self.torch.tensor(vote, device=self.device)
         work = self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, async_op=True)
         self.pending.append((i, work, t))
@@ -82,8 +82,8 @@ class StopVote:
             return False
         i, work, t = self.pending.popleft()
         work.wait()
-        flag, slot = t.tolist()
-        self.pacer.agree(i, int(slot))
+        flag, slot, lateness = t.tolist()
+        self.pacer.agree(i, int(slot), lateness)
         return flag > 0
 
 

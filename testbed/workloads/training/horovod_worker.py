@@ -189,7 +189,7 @@ class StopVote:
     def submit(self, i: int, started: float) -> None:
         """`started`: the wall time at which iteration i started."""
         late = self.end.late(started, self.lag)
-        vote = [1.0 if FINISH.is_set() or late else 0.0, float(self.pacer.slot_of(i))]
+        vote = [1.0 if FINISH.is_set() or late else 0.0, *map(float, self.pacer.vote_of(i))]
         handle = self.hvd.allreduce_async(
             self.torch.tensor(vote), name=f"stop.{i}", op=self.hvd.Max
         )
@@ -199,8 +199,8 @@ class StopVote:
         if len(self.handles) < self.lag:
             return False
         i, handle = self.handles.popleft()
-        flag, slot = self.hvd.synchronize(handle).tolist()
-        self.pacer.agree(i, int(slot))
+        flag, slot, lateness = self.hvd.synchronize(handle).tolist()
+        self.pacer.agree(i, int(slot), lateness)
         return flag > 0
 
 
@@ -239,18 +239,30 @@ class Pacer:
     """Policy interleave (training/interleave.py): iteration i starts no earlier than its slot,
     t0 + offset + i · period, on the wall clock every job's workers share. A late iteration
     starts at once and keeps its index, so the slack between period and iteration time brings
-    the job back onto its slot; with `skip_after_s`, one later than that moves on to the first
-    slot it is no more than `skip_after_s` late for, waiting for it if it has not come. Each
-    iteration's slot goes to `log` (slot index, its time, when the iteration began, how late
-    for that slot, slots skipped). Without `pace` in the config it never waits.
+    the job back onto its slot. Each iteration's slot goes to `log` (slot index, its time, when
+    the iteration began, how late for that slot, slots skipped just before it). Without `pace`
+    in the config it never waits.
 
-    Each rank judges its lateness on its own clock, and the ranks of a ring do not leave an
-    all-reduce at the same moment (the last chunk reaches one before the other), so near the
-    limit they may choose different slots; the one that waits then sends late, and the other
-    finishes late in turn, which kept a job's two ranks a slot apart for the rest of a run
-    (2026-11-29). So the ranks agree: each iteration's slot travels with the stop vote (a MAX
-    over the ranks, `slot_of`), and when the vote is read (`agree`) a rank that began that
-    iteration on an earlier slot than another moves its grid on by the difference."""
+    The ranks of a job must begin each iteration on the same slot: one that waits for a later
+    slot than its peer makes the peer wait for it inside the all-reduce, and the peer then
+    finishes late in turn. So nothing a rank sees only on its own clock moves its grid. What
+    moves it rides on the per-iteration stop vote (a MAX over the ranks, `vote_of`), read
+    one or two iterations later (`agree`), where every rank reads the same values:
+    - the slot each rank began the iteration at: a rank behind the latest moves its grid on by
+      the difference (a floor; the ranks start on one grid and nothing else moves it apart,
+      so this only guards it);
+    - with `skip_after_s` (`late: skip`), how late each rank began it: when the latest rank
+      began it more than `skip_after_s` after its slot, less the slots given up since, every
+      rank gives up the slots it was late by beyond that, before its next iteration.
+
+    Judged on each rank's own clock instead (up to 2026-12-06), the ranks of a ring, which do
+    not leave an all-reduce at the same moment, chose different slots near the limit: job b of
+    examples/interleave.yaml under by-ratio's classes began 9 of its 78 iterations in one run
+    on different slots on its two ranks, the one on the earlier slot waiting a period in the
+    all-reduce each time (docs/results/policies.md). The price of agreeing: slots are given
+    up only when the late iteration's vote is read, before the next iteration (one iteration
+    later; two for Horovod without a barrier, whose next iteration has begun by then), so the
+    late iteration itself, and with lag 2 the next, run late (catching up)."""
 
     def __init__(
         self, cfg: dict[str, Any], t0: float, log: Path | None = None, clock: Any = time
@@ -265,7 +277,9 @@ class Pacer:
         self.skip_after = None if skip is None else float(skip)
         self.slot = 0  # the next iteration's slot: base + slot · period
         self.iteration = 0  # the next iteration's index
-        self.began: dict[int, int] = {}  # iteration → its slot, until the ranks agree on it
+        self.began: dict[int, tuple[int, float]] = {}  # iteration → (slot, lateness) until agreed
+        self.skips: list[tuple[int, int]] = []  # (iteration it came before, slots given up)
+        self.skipping = 0  # slots given up before the next iteration
         self.log = None
         if pace and log is not None:
             self._file = open(log, "w", newline="")  # noqa: SIM115 - lives as long as the process
@@ -276,45 +290,54 @@ class Pacer:
         if self.period is None:
             return
         at = self.base + self.slot * self.period
-        late = self.clock.time() - at
-        skipped = 0
-        if self.skip_after is not None and late > self.skip_after:
-            # the first slot it is not too late for: one it can wait for, or one it has
-            # passed by no more than skip_after (it then begins at once)
-            skipped = math.ceil((late - self.skip_after) / self.period)
-            self.slot += skipped
-            at += skipped * self.period
-            late -= skipped * self.period
         delay = at - self.clock.time()
         if delay > 0:
             self.clock.sleep(delay)
         began = self.clock.time()
+        late = max(0.0, began - at)
         if self.log is not None:
             self.log.writerow(
-                [self.slot, f"{at:.6f}", f"{began:.6f}", f"{max(0.0, late):.6f}", skipped]
-            )  # late: after the slot it began in
+                [self.slot, f"{at:.6f}", f"{began:.6f}", f"{late:.6f}", self.skipping]
+            )
             self._file.flush()
-        self.began[self.iteration] = self.slot
+        self.began[self.iteration] = (self.slot, late)
+        self.skipping = 0
         self.iteration += 1
         self.slot += 1
 
-    def slot_of(self, i: int) -> int:
-        """The slot iteration i began at (0 without pacing): what this rank votes."""
-        return self.began.get(i, 0)
+    def vote_of(self, i: int) -> tuple[int, float]:
+        """What this rank votes for iteration i: the slot it began it at and how late (0, 0.0
+        without pacing)."""
+        return self.began.get(i, (0, 0.0))
 
-    def agree(self, i: int, latest: int) -> None:
-        """`latest`: the latest slot any rank began iteration i at. Behind it, this rank's
-        later iterations begin no earlier than a slot each after it: the next one at
-        `latest` + (iterations since i), and those it has begun since count as begun there
-        (so their votes do not move it again). A floor, not a shift: a rank that has skipped
-        onto the grid by itself since i is not moved again (moved by the difference, it would
-        land a slot ahead of the others, and they behind it in turn)."""
+    def slot_of(self, i: int) -> int:
+        """The slot iteration i began at (0 without pacing)."""
+        return self.vote_of(i)[0]
+
+    def agree(self, i: int, latest: int, late: float = 0.0) -> None:
+        """Iteration i's vote read back: `latest`, the latest slot any rank began it at;
+        `late`, the most any rank began it late. Behind `latest`, this rank's later iterations
+        begin no earlier than a slot each after it: the next one at `latest` + (iterations
+        since i), and those it has begun since count as begun there (so their votes do not move
+        it again; the guard of the class docstring, which does not count slots given up since
+        i). Then, with skip_after, the skip (the class docstring): the same on every rank,
+        since every input is (the agreed vote, the iteration index, the slots given up)."""
         own = self.began.pop(i, None)
-        if own is None or latest <= own:
+        if own is None:
             return
-        for k in self.began:
-            self.began[k] = max(self.began[k], latest + k - i)
-        self.slot = max(self.slot, latest + self.iteration - i)
+        if latest > own[0]:
+            for k, (slot, lateness) in self.began.items():
+                self.began[k] = (max(slot, latest + k - i), lateness)
+            self.slot = max(self.slot, latest + self.iteration - i)
+        if self.skip_after is None or self.period is None:
+            return
+        self.skips = [(at, n) for at, n in self.skips if at > i]  # given up after i began
+        over = late - sum(n for _, n in self.skips) * self.period - self.skip_after
+        if over > 0:
+            n = math.ceil(over / self.period)
+            self.slot += n
+            self.skipping += n
+            self.skips.append((self.iteration, n))
 
 
 NO_PACE = Pacer({}, 0.0)

@@ -21,11 +21,13 @@ every job wakes at t0 (window.wait_for_go): a job whose first slot was t0 itself
 75 ms late on this 2-core machine (2026-12-05, 1 run of 3), beyond its gap, and its phase ran
 into the next job's for the rest of the run. What a late iteration does is the policy's `late`:
 `catch-up` starts it at once and keeps its place on the grid, so the slack that the margin
-leaves brings the job back onto it, a little each iteration; `skip` moves it on to the first
-slot it is within the job's gap of (the least free time the plan leaves between the end of one
+leaves brings the job back onto it, a little each iteration; `skip` gives up the slots it
+began late by beyond the job's gap (the least free time the plan leaves between the end of one
 of the job's network arcs and the start of another job's on the circle: the lateness past which
-its phase would run into another job's). Catching up costs nothing while the lateness stays
-within the gap and collides beyond it; skipping costs a slot and never collides. The
+its phase would run into another job's), decided on the stop vote so that every rank gives up
+the same ones (Pacer), before the iteration after the late one (the one after that for Horovod
+without a barrier). Catching up costs nothing while the lateness stays within the gap and
+collides beyond it; skipping costs a slot and collides only until the vote is read. The
 iteration's recorded time includes any wait for its slot: the job's throughput, not only its
 busy time. The summary counts, from rank 0's pace log, the iterations that began on their slot
 and the slots the job skipped.
@@ -233,7 +235,7 @@ class Interleave:
 
     @property
     def skip_after_s(self) -> float:
-        """With `late: skip`, the lateness past which an iteration waits for its next slot:
+        """With `late: skip`, the lateness past which the job gives up slots (Pacer.agree):
         the gap, but never under ON_SLOT of the slot (phases that touch would otherwise give
         a slot away for a few microseconds of lateness)."""
         return max(self.slot.gap_s, ON_SLOT * self.slot.slot_s)

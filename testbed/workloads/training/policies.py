@@ -148,9 +148,10 @@ class InterleavePolicy(BaseModel):
     late: Literal["catch-up", "skip"] = Field(
         "catch-up",
         description="an iteration that starts late: `catch-up` starts it at once and the "
-        "margin brings the job back onto its slots over the next iterations; `skip` moves it "
-        "on to the first slot it is within the job's gap of (the free time the plan leaves "
-        "after the job's network arcs: a phase later than that would run into another job's)",
+        "margin brings the job back onto its slots over the next iterations; `skip` gives up "
+        "the slots an iteration began late by beyond the job's gap (the free time the plan "
+        "leaves after the job's network arcs: a phase later than that would run into another "
+        "job's), on every rank alike, from the next stop vote",
     )
     classes: list[str] | None = Field(
         None,

@@ -75,7 +75,7 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
         )
         if pol.get("on_slot_share") is not None:
             rule = (
-                f"one over {fmt_ms(pol['skip_after_s'])} ms late moved on to a later slot"
+                f"one over {fmt_ms(pol['skip_after_s'])} ms late gave up slots at the next vote"
                 if pol["late"] == "skip"
                 else "a late one began at once"
             )
