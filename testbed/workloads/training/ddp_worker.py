@@ -18,8 +18,8 @@ real: DistributedDataParallel around a small CNN on random data (CPU), bucket_ca
 
 Stop: as Horovod's, a MAX allreduce per iteration carries each rank's "stop" vote (SIGUSR1,
 or the next iteration would start after the run's end) and, under policy interleave, the slot
-it began that iteration at and how late (horovod_worker.Pacer), read one iteration later, so every rank
-stops after the same iteration and the ranks keep to the same slots.
+it began that iteration at and how late (horovod_worker.Pacer), read one iteration later, so
+every rank stops after the same iteration and the ranks keep to the same slots.
 """
 
 from __future__ import annotations

@@ -279,7 +279,6 @@ class Pacer:
         self.iteration = 0  # the next iteration's index
         self.began: dict[int, tuple[int, float]] = {}  # iteration → (slot, lateness) until agreed
         self.skips: list[tuple[int, int]] = []  # (iteration it came before, slots given up)
-        self.skipping = 0  # slots given up before the next iteration
         self.log = None
         if pace and log is not None:
             self._file = open(log, "w", newline="")  # noqa: SIM115 - lives as long as the process
@@ -301,9 +300,13 @@ class Pacer:
             )
             self._file.flush()
         self.began[self.iteration] = (self.slot, late)
-        self.skipping = 0
         self.iteration += 1
         self.slot += 1
+
+    @property
+    def skipping(self) -> int:
+        """The slots given up before the next iteration (its pace log's `skipped`)."""
+        return sum(n for at, n in self.skips if at == self.iteration)
 
     def vote_of(self, i: int) -> tuple[int, float]:
         """What this rank votes for iteration i: the slot it began it at and how late (0, 0.0
@@ -336,7 +339,6 @@ class Pacer:
         if over > 0:
             n = math.ceil(over / self.period)
             self.slot += n
-            self.skipping += n
             self.skips.append((self.iteration, n))
 
 
