@@ -13,7 +13,7 @@ import pytest
 from testbed.metrics.prometheus import query
 from testbed.resolve import load_scenario, with_overrides
 from testbed.workloads.training.predict import for_instance
-from tests.bounds import rate_at_least
+from tests.bounds import time_at_most
 from tests.needs import need, need_binary
 
 from .helpers import ROOT, reopened_tsdb, run_cli
@@ -22,6 +22,8 @@ need("horovod.torch", "Horovod is installed by install.sh")
 need_binary("prometheus", "install.sh installs it")
 
 TENANTS = {"job-a": "horovod", "job-b": "torch-ddp", "web": "websearch", "queries": "incast"}
+# each job's hosts and compute-to-network ratio, as the example gives them
+JOBS = {"job-a": (["h1", "h3", "h5", "h7"], 8), "job-b": (["h2", "h4", "h6", "h8"], 2)}
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +49,23 @@ def test_every_tenant_has_its_own_section_and_physics_holds(tenants):
     assert summary["status"] == "ok" and summary["workloads"] == TENANTS
     for job in ("job-a", "job-b"):
         j = summary[job]
+        # every worker took part; how many iterations fit the 18 s window is no bound: web
+        # search sits above both jobs, and its seeded draws put ~90 MB of it (flows of 25, 20,
+        # 12, 11, 8 MB) on the 50 Mbit/s spine links 14-22 s into the run, which holds both rings
+        # there for 6-10 s (job-a measured 3 and 4 iterations in that window, steal ~1 %)
         assert j["workers"] == 4 and j["iterations_measured"] >= 1, (job, j)
-        # at least 4 iterations in the 18 s window (job-a predicts 1.92 s each, job-b 0.48 s):
-        # a rate, which the hypervisor's steal can excuse (32 % in one CI run: 3 of job-a's)
-        rate_at_least(j["iterations_measured"], 4, summary, f"{job}'s iterations in the window")
+        assert sorted(j["iterations_per_worker"]) == JOBS[job][0], job
+        assert min(j["iterations_per_worker"].values()) >= 2, (job, j["iterations_per_worker"])
+        # the time, by hand: 2 (1 - 1/4) × 1 MB per worker at the fabric's 50 Mbit/s is 240 ms
+        # of network, compute R × that. The median iteration is one the web bursts leave alone,
+        # where at most the other ring (the same bytes) shares its spine links, at 1448 of every
+        # 1514 bytes on the wire, and web and queries above both jobs take ~10 % of a spine link
+        # on average (8 hosts × 5 % of 100 Mbit/s, 6 in 7 of it leaving the leaf, over 8 spine
+        # link directions' 50 Mbit/s: 8.6 %; queries 2 % of a downlink)
+        network = 2 * (1 - 1 / 4) * 1e6 * 8 / 50e6
+        compute = JOBS[job][1] * network
+        bound = compute + 2 * network / (1448 / 1514 * 0.9)
+        time_at_most(j["iteration_time_s"]["p50"], bound, summary, f"{job}'s median iteration, s")
         assert j["min_iteration_over_compute"] >= 1.0, job  # no iteration beats its compute
         assert j["bottleneck_bps"] == 50e6  # every ring step crosses the fabric
     assert summary["web"]["flows_over_link_rate"] == 0 and summary["web"]["flows_measured"] > 20
