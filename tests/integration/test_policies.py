@@ -288,7 +288,7 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
         p = h["policy"]
         assert (p["kind"], p["jobs"], p["planned_overlap_s"]) == ("interleave", 3, 0), p
         assert p["slot_s"] == p["period_s"] and p["network_s"] < 0.35 * p["slot_s"], p
-        assert h["iterations"] >= 40, h
+        assert h["iterations"] >= 10, h  # enough slots to judge; the count is no time bound
         for host in h["iterations_per_worker"]:
             paced = list(csv.DictReader((out / name / f"iterations-{host}.pace.csv").open()))
             done = list(csv.DictReader((out / name / f"iterations-{host}.csv").open()))
@@ -318,3 +318,54 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
     assert rep.returncode == 0, rep.stderr
     assert "policy interleave: 3 jobs on a" in rep.stdout
     assert "of its iterations began on their slot" in rep.stdout
+
+
+def test_skipping_jobs_give_up_slots_rank_by_rank_alike_under_a_fourth_jobs_load(tmp_path):
+    """examples/interleave.yaml with `late: skip`, and a fourth job (4 MB, no policy) on job
+    a's hosts from 6 s to 9 s: its ring crosses the same fabric link, so the three jobs'
+    phases run long and begin late while it runs, and they give slots up. The ranks of a job
+    decide that on the stop vote, so each rank's own pace log shows the same slots, one by
+    one (before the vote, one rank judged its lateness on its own clock: job b's two ranks
+    began 9 of 78 iterations on different slots in one run, each then waiting for the other
+    a whole period in the all-reduce). How soon the jobs are back on their slots after the
+    fourth job has gone is measured, not asserted (docs/results/policies.md)."""
+    from testbed.orchestrator import run
+    from testbed.resolve import load_scenario, with_overrides
+
+    skip = {"kind": "interleave", "late": "skip"}
+    s = with_overrides(
+        load_scenario(ROOT / "examples" / "interleave.yaml"),
+        {
+            "duration": "16s",
+            "measure.warmup": "3s",
+            **{f"workloads.{j}.policy": skip for j in "abc"},
+            "workloads.d": {"kind": "torch-ddp", "hosts": ["h1", "h4"], "model_size": "4MB",
+                            "compute_time": "165ms", "start": "6s", "stop": "9s"},
+        },
+        base_dir=ROOT / "examples",
+    )  # fmt: skip
+    out = tmp_path / "run"
+    summary = run(s, out=out).summary
+    assert summary["status"] == "ok", summary.get("error")
+    assert summary["d"]["iterations"] >= 1  # the fourth job ran
+    given_up = 0
+    for name in ("a", "b", "c"):
+        logs = {
+            host: list(csv.DictReader((out / name / f"iterations-{host}.pace.csv").open()))
+            for host in summary[name]["iterations_per_worker"]
+        }
+        assert len(logs) == 2, logs.keys()
+        x, y = logs.values()
+        n = min(len(x), len(y))  # the run may stop one rank an iteration before the other
+        assert n >= 10 and abs(len(x) - len(y)) <= 1, (name, len(x), len(y))
+        apart = [
+            (p["slot"], q["slot"])
+            for p, q in zip(x[:n], y[:n], strict=True)
+            if p["slot"] != q["slot"]
+        ]
+        assert not apart, (name, apart)  # every iteration on the same slot on both ranks
+        assert [r["skipped"] for r in x[:n]] == [r["skipped"] for r in y[:n]], name
+        given_up += sum(int(r["skipped"]) for r in x)
+        assert summary[name]["policy"]["late"] == "skip"
+    # the fourth job made the others late past their gap: they gave slots up
+    assert given_up >= 1, given_up

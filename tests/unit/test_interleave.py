@@ -13,7 +13,14 @@ import pytest
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
 from testbed.workloads.training.horovod_worker import Pacer
-from testbed.workloads.training.interleave import GRID, Profile, keeping, plan, plan_for
+from testbed.workloads.training.interleave import (
+    GRID,
+    Profile,
+    keeping,
+    phase_overrun,
+    plan,
+    plan_for,
+)
 from tests.clocks import StepClock
 from tests.needs import need
 
@@ -189,6 +196,25 @@ def test_keeping_counts_iterations_on_their_slot_and_the_slots_missed_while_late
     assert keeping(late, 0.1) == {"on_slot_share": 4 / 6, "slots_missed": 0}
     assert keeping([row(0, 0), row(1, 0), row(4, 0)], 0.1)["slots_missed"] == 2
     assert keeping([], 0.1) == {"on_slot_share": None, "slots_missed": 0}
+
+
+def test_phase_overrun_is_the_median_lateness_of_a_phase_begun_on_its_slot():
+    """Slots every 0.1 s, the plan's last arc ending 0.06 s into the iteration. Iterations
+    0-3 began on their slot and ended 0.065, 0.068, 0.070 and 0.075 s after: 5, 8, 10 and
+    15 ms past the arc, median 9 ms. Iteration 4 began 0.03 s late (off its slot) and ended
+    0.1 s after it: not counted, its phase was late from the start. Iteration 5 has no end
+    yet (the run stopped): not counted."""
+
+    def row(slot, late):
+        return {"slot": str(slot), "slot_time": str(slot * 0.1), "began": str(slot * 0.1 + late)}
+
+    rows = [row(0, 0), row(1, 0), row(2, 0.0005), row(3, 0), row(4, 0.03), row(5, 0)]
+    ends = {0: 0.065, 1: 0.168, 2: 0.2705, 3: 0.375, 4: 0.43}
+    assert phase_overrun(rows, ends, 0.1, 0.06) == pytest.approx(0.009)
+    # ends go by position in rows: iteration 4 is late, 5 has no end
+    assert phase_overrun(rows[4:], {0: 0.43}, 0.1, 0.06) is None
+    # a phase that ends before the plan's (a model that overestimates) gives a negative one
+    assert phase_overrun(rows[:1], {0: 0.05}, 0.1, 0.06) == pytest.approx(-0.01)
 
 
 def _jobs(**over):

@@ -30,11 +30,13 @@ without a barrier). Catching up costs nothing while the lateness stays within th
 collides beyond it; skipping costs a slot and collides only until the vote is read. The
 iteration's recorded time includes any wait for its slot: the job's throughput, not only its
 busy time. The summary counts, from rank 0's pace log, the iterations that began on their slot
-and the slots the job skipped.
+and the slots the job skipped, and from its records how much of its gap its own phases used
+up (phase_overrun).
 
 What the plan assumes: every job of the group shares one bottleneck (placing them apart costs
 nothing if they do not), and the model's arcs alone are what the jobs do (compute emulated
-per layer; the workers' own overheads come out of the margin)."""
+per layer; the workers' own overheads come out of the margin, and out of the gaps: the
+summary's phase_overrun_s says how much)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ import csv
 import dataclasses
 import itertools
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,6 +211,24 @@ def keeping(rows: list[dict[str, str]], slot_s: float) -> dict[str, Any]:
     return {"on_slot_share": on / len(rows), "slots_missed": missed}
 
 
+def phase_overrun(
+    rows: list[dict[str, str]], ends: dict[int, float], slot_s: float, arc_end_s: float
+) -> float | None:
+    """How much of its gap a job's own phases use up: over the iterations that began on their
+    slot (rows: its pace log; `ends`: when each iteration ended, by index), the median of how
+    much later than the plan's last network arc (`arc_end_s` from the iteration's start) the
+    iteration ended. The plan's arcs are the model's; what the workers add to a transfer
+    (agreement rounds, TCP's ramp) is not in them, and a phase that ends later than planned
+    runs into the next job's when its iteration begins later than the gap less this. None
+    without an iteration on its slot."""  # fmt: skip
+    over = [
+        ends[i] - float(r["began"]) - arc_end_s
+        for i, r in enumerate(rows)
+        if i in ends and float(r["began"]) - float(r["slot_time"]) <= ON_SLOT * slot_s
+    ]
+    return statistics.median(over) if over else None
+
+
 class Interleave:
     """The runner of one job of the group: the workers pace themselves (worker_config); it
     reports the plan and, from rank 0's pace log, how the job kept to it."""
@@ -218,13 +239,18 @@ class Interleave:
         slots: dict[str, Slot],
         network_s: float,
         late: str = "catch-up",
-        pace_log: Path | None = None,
+        records: Path | None = None,
         ranked: tuple[int, str] | None = None,
+        arc_end_s: float | None = None,
     ) -> None:
-        """`pace_log`: rank 0's slots (horovod_worker.pace_file); `ranked`: with the
-        policy's classes, the job's rank by compute-to-network ratio and the class it gave."""
+        """`records`: rank 0's iteration records (its slots beside them:
+        horovod_worker.pace_file); `ranked`: with the policy's classes, the job's rank by
+        compute-to-network ratio and the class it gave; `arc_end_s`: the end of the job's last
+        network arc in the plan, from the start of its iteration."""
         self.name, self.slots, self.slot = name, slots, slots[name]
-        self.network_s, self.late, self.pace_log = network_s, late, pace_log
+        self.network_s, self.late, self.records = network_s, late, records
+        self.pace_log = pace_file(records) if records is not None else None
+        self.arc_end_s = arc_end_s
         self.ranked = ranked
 
     def worker_config(self) -> dict[str, Any]:
@@ -262,12 +288,30 @@ class Interleave:
         }
 
     def _kept(self, t0: float, t1: float) -> dict[str, Any]:
-        """keeping() over rank 0's slots inside [t0, t1)."""
+        """keeping() and phase_overrun() over rank 0's slots inside [t0, t1)."""
         rows: list[dict[str, str]] = []
+        ends: dict[int, float] = {}
         if self.pace_log is not None and self.pace_log.exists():
             with open(self.pace_log, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if t0 <= float(r["slot_time"]) < t1]
-        return keeping(rows, self.slot.slot_s)
+                every = list(csv.DictReader(f))
+            if self.records is not None and self.records.exists():
+                with open(self.records, newline="") as f:
+                    done = {int(r["iteration"]): float(r["end"]) for r in csv.DictReader(f)}
+            else:
+                done = {}
+            for i, r in enumerate(every):  # a worker's i-th slot is its iteration i
+                if t0 <= float(r["slot_time"]) < t1:
+                    if i in done:
+                        ends[len(rows)] = done[i]
+                    rows.append(r)
+        over = None
+        if self.arc_end_s is not None:
+            over = phase_overrun(rows, ends, self.slot.slot_s, self.arc_end_s)
+        return {
+            **keeping(rows, self.slot.slot_s),
+            "phase_overrun_s": over,
+            "gap_left_s": None if over is None else self.slot.gap_s - over,
+        }
 
     def warning(self) -> str | None:
         s = self.slot
@@ -316,6 +360,7 @@ def start(job: Any) -> Interleave:
         slots,
         mine.network_s,
         late=job.cfg.policy.late,
-        pace_log=pace_file(job.records_of(job.hosts()[0])),
+        records=job.records_of(job.hosts()[0]),
         ranked=ranked,
+        arc_end_s=max((b for _, b in mine.arcs), default=None),
     )

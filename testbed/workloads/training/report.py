@@ -83,6 +83,12 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
                 f"    {pol['on_slot_share']:.0%} of its iterations began on their slot, "
                 f"{pol['slots_missed']} slots missed ({rule})"
             )
+        if pol.get("phase_overrun_s") is not None:
+            out.print(
+                f"    its network phase ended {fmt_ms(pol['phase_overrun_s'])} ms after the "
+                f"plan's (median, iterations on their slot): {fmt_ms(pol['gap_left_s'])} ms "
+                f"of its {fmt_ms(pol['gap_s'])} ms gap left"
+            )
     elif pol:
         share = pol["escalated_share"]
         out.print(

@@ -498,6 +498,8 @@ POLICY_SHAPES["interleave"] = {
     "skip_after_s": "s",
     "on_slot_share": "1",
     "slots_missed": "1",
+    "phase_overrun_s": "s",
+    "gap_left_s": "s",
     "rank": "1",
 }
 POLICY_SHAPES["by-ratio"] = {"rank": "1", "jobs": "1", "compute_to_network_ratio": "1"}
