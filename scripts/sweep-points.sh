@@ -8,8 +8,9 @@
 #
 # pack keeps, per finished point (status ok), what `testbed sweep` needs to skip it and
 # `testbed report` needs to aggregate it: point.json, summary.json, scenario.yaml,
-# iterations.csv, flows.csv, queries.csv, rounds.csv, testbed.log and each job's policy.csv
-# (about 0.25 MB a 12 s point, xz). Left out: links.csv (the report's utilization plot only),
+# iterations.csv, flows.csv, queries.csv, rounds.csv, testbed.log, each job's policy.csv, with
+# several jobs each one's iterations-<job>.csv, and with interleave each rank's pace log and
+# records (about 0.25 MB a 12 s point, xz). Left out: links.csv (the report's utilization plot only),
 # Prometheus' TSDB and each host's raw files. A point already packed is not packed again.
 set -euo pipefail
 usage() { echo "usage: $0 pack SWEEP_OUT DEST | unpack DEST SWEEP_OUT" >&2; exit 2; }
@@ -32,6 +33,13 @@ case "$1" in
       done
       for f in "$run"/*/policy.csv; do  # a job's policy decisions (adaptive: one a switch)
         [ -f "$f" ] && files+=("$name/${f#"$run"/}")
+      done
+      for f in "$run"/iterations-*.csv; do  # several jobs: one records file per job
+        [ -f "$f" ] && files+=("$name/${f#"$run"/}")
+      done
+      for f in "$run"/*/iterations-*.pace.csv; do  # interleave: each rank's slots and records
+        [ -f "$f" ] || continue
+        files+=("$name/${f#"$run"/}" "$name/$(dirname "${f#"$run"/}")/$(basename "$f" .pace.csv).csv")
       done
       tar -C "$src" -cJf "$dest/$name.tar.xz" "${files[@]}"
       echo "packed $name ($(du -k "$dest/$name.tar.xz" | cut -f1) KB)"
