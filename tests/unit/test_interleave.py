@@ -205,16 +205,17 @@ def test_phase_overrun_is_the_median_lateness_of_a_phase_begun_on_its_slot():
     0.1 s after it: not counted, its phase was late from the start. Iteration 5 has no end
     yet (the run stopped): not counted."""
 
-    def row(slot, late):
-        return {"slot": str(slot), "slot_time": str(slot * 0.1), "began": str(slot * 0.1 + late)}
+    def row(slot, late, end=None):
+        r = {"slot": str(slot), "slot_time": str(slot * 0.1), "began": str(slot * 0.1 + late)}
+        return r if end is None else {**r, "end": str(end)}
 
-    rows = [row(0, 0), row(1, 0), row(2, 0.0005), row(3, 0), row(4, 0.03), row(5, 0)]
-    ends = {0: 0.065, 1: 0.168, 2: 0.2705, 3: 0.375, 4: 0.43}
-    assert phase_overrun(rows, ends, 0.1, 0.06) == pytest.approx(0.009)
-    # ends go by position in rows: iteration 4 is late, 5 has no end
-    assert phase_overrun(rows[4:], {0: 0.43}, 0.1, 0.06) is None
+    rows = [row(0, 0, 0.065), row(1, 0, 0.168), row(2, 0.0005, 0.2705), row(3, 0, 0.375),
+            row(4, 0.03, 0.43), row(5, 0)]  # fmt: skip
+    assert phase_overrun(rows, 0.1, 0.06) == pytest.approx(0.009)
+    # iteration 4 is late, 5 has no end
+    assert phase_overrun(rows[4:], 0.1, 0.06) is None
     # a phase that ends before the plan's (a model that overestimates) gives a negative one
-    assert phase_overrun(rows[:1], {0: 0.05}, 0.1, 0.06) == pytest.approx(-0.01)
+    assert phase_overrun([row(0, 0, 0.05)], 0.1, 0.06) == pytest.approx(-0.01)
 
 
 def _jobs(**over):

@@ -205,26 +205,29 @@ def keeping(rows: list[dict[str, str]], slot_s: float) -> dict[str, Any]:
     slot an iteration, however late, so its lateness shows in the share only)."""
     if not rows:
         return {"on_slot_share": None, "slots_missed": 0}
-    on = sum(float(r["began"]) - float(r["slot_time"]) <= ON_SLOT * slot_s for r in rows)
+    on = sum(_on_slot(r, slot_s) for r in rows)
     slots = [int(r["slot"]) for r in rows]
     missed = sum(max(0, b - a - 1) for a, b in itertools.pairwise(slots))
     return {"on_slot_share": on / len(rows), "slots_missed": missed}
 
 
-def phase_overrun(
-    rows: list[dict[str, str]], ends: dict[int, float], slot_s: float, arc_end_s: float
-) -> float | None:
+def _on_slot(row: dict[str, str], slot_s: float) -> bool:
+    """Whether a pace log's row began within ON_SLOT of its slot."""
+    return float(row["began"]) - float(row["slot_time"]) <= ON_SLOT * slot_s
+
+
+def phase_overrun(rows: list[dict[str, str]], slot_s: float, arc_end_s: float) -> float | None:
     """How much of its gap a job's own phases use up: over the iterations that began on their
-    slot (rows: its pace log; `ends`: when each iteration ended, by index), the median of how
-    much later than the plan's last network arc (`arc_end_s` from the iteration's start) the
-    iteration ended. The plan's arcs are the model's; what the workers add to a transfer
+    slot (rows: its pace log, each with the iteration's `end` from its records where it has
+    ended), the median of how much later than the plan's last network arc (`arc_end_s` from
+    the iteration's start) the iteration ended. The plan's arcs are the model's; what the workers add to a transfer
     (agreement rounds, TCP's ramp) is not in them, and a phase that ends later than planned
     runs into the next job's when its iteration begins later than the gap less this. None
     without an iteration on its slot."""  # fmt: skip
     over = [
-        ends[i] - float(r["began"]) - arc_end_s
-        for i, r in enumerate(rows)
-        if i in ends and float(r["began"]) - float(r["slot_time"]) <= ON_SLOT * slot_s
+        float(r["end"]) - float(r["began"]) - arc_end_s
+        for r in rows
+        if "end" in r and _on_slot(r, slot_s)
     ]
     return statistics.median(over) if over else None
 
@@ -249,7 +252,6 @@ class Interleave:
         network arc in the plan, from the start of its iteration."""
         self.name, self.slots, self.slot = name, slots, slots[name]
         self.network_s, self.late, self.records = network_s, late, records
-        self.pace_log = pace_file(records) if records is not None else None
         self.arc_end_s = arc_end_s
         self.ranked = ranked
 
@@ -290,23 +292,21 @@ class Interleave:
     def _kept(self, t0: float, t1: float) -> dict[str, Any]:
         """keeping() and phase_overrun() over rank 0's slots inside [t0, t1)."""
         rows: list[dict[str, str]] = []
-        ends: dict[int, float] = {}
-        if self.pace_log is not None and self.pace_log.exists():
-            with open(self.pace_log, newline="") as f:
+        if self.records is not None and pace_file(self.records).exists():
+            with open(pace_file(self.records), newline="") as f:
                 every = list(csv.DictReader(f))
-            if self.records is not None and self.records.exists():
+            done: dict[int, str] = {}
+            if self.records.exists():
                 with open(self.records, newline="") as f:
-                    done = {int(r["iteration"]): float(r["end"]) for r in csv.DictReader(f)}
-            else:
-                done = {}
-            for i, r in enumerate(every):  # a worker's i-th slot is its iteration i
-                if t0 <= float(r["slot_time"]) < t1:
-                    if i in done:
-                        ends[len(rows)] = done[i]
-                    rows.append(r)
+                    done = {int(r["iteration"]): r["end"] for r in csv.DictReader(f)}
+            rows = [  # a worker's i-th slot is its iteration i
+                {**r, "end": done[i]} if i in done else r
+                for i, r in enumerate(every)
+                if t0 <= float(r["slot_time"]) < t1
+            ]
         over = None
         if self.arc_end_s is not None:
-            over = phase_overrun(rows, ends, self.slot.slot_s, self.arc_end_s)
+            over = phase_overrun(rows, self.slot.slot_s, self.arc_end_s)
         return {
             **keeping(rows, self.slot.slot_s),
             "phase_overrun_s": over,
