@@ -69,6 +69,26 @@ class StopVote:
         self.device = device  # nccl reduces CUDA tensors only
         self.pacer = pacer
         self.pending: deque[tuple[int, Any, Any]] = deque()
+        self.early: tuple[int, Any, Any] | None = None
+
+    def announce(self, i: int) -> None:
+        """`late: hold` (Pacer.hold): how late this rank began iteration i, a MAX over the
+        ranks sent as it begins, so the reduction runs during the iteration's compute and
+        every rank reads it before the network phase (hold())."""
+        if not self.pacer.holds:
+            return
+        t = self.torch.tensor([self.pacer.vote_of(i)[1]], device=self.device)
+        work = self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, async_op=True)
+        self.early = (i, work, t)
+
+    def hold(self) -> None:
+        """Before the iteration's first reduction: its agreed lateness to Pacer.hold."""
+        if self.early is None:
+            return
+        i, work, t = self.early
+        self.early = None
+        work.wait()
+        self.pacer.hold(i, float(t.item()))
 
     def submit(self, i: int, started: float) -> None:
         late = self.end.late(started, lag=1)
@@ -137,6 +157,7 @@ def synthetic(
             break
         start = Stamp()
         pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
+        vote.announce(i)
         compute = 0.0
         for _, _, fwd, _ in layers:
             clock.compute(fwd)
@@ -147,6 +168,8 @@ def synthetic(
             compute += layers[j][3]
             k = last_of.get(j)
             if k is not None:
+                if not works:
+                    vote.hold()
                 works.append(dist.all_reduce(flat[k], async_op=True))
                 if k == 0:
                     vote.submit(i, start.wall)

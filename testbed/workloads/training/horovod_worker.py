@@ -275,6 +275,7 @@ class Pacer:
         self.base = t0 + float(pace["offset_s"]) if pace else 0.0
         skip = pace.get("skip_after_s") if pace else None
         self.skip_after = None if skip is None else float(skip)
+        self.holds = bool(pace and pace.get("hold")) and self.skip_after is not None
         self.slot = 0  # the next iteration's slot: base + slot · period
         self.iteration = 0  # the next iteration's index
         self.began: dict[int, tuple[int, float]] = {}  # iteration → (slot, lateness) until agreed
@@ -340,6 +341,25 @@ class Pacer:
             n = math.ceil(over / self.period)
             self.slot += n
             self.skips.append((self.iteration, n))
+
+    def hold(self, i: int, late: float) -> None:
+        """`late: hold`: iteration i's lateness agreed before its network phase (the most any
+        rank began it late, on a vote sent when it began: ddp_worker.StopVote.announce). Past
+        `skip_after`, the rest of the iteration waits n = ⌈(late − skip_after) / period⌉
+        periods less this rank's own lateness, so its phase runs where it would have had the
+        iteration begun on slot + n; the slots in between are given up, counted as a skip
+        before the next iteration (which agree() then does not give up again)."""
+        if not self.holds or self.period is None or self.skip_after is None:
+            return
+        over = late - self.skip_after
+        if over <= 0 or i not in self.began:
+            return
+        n = math.ceil(over / self.period)
+        delay = n * self.period - self.began[i][1]  # (slot + n)'s time less when i began
+        if delay > 0:
+            self.clock.sleep(delay)
+        self.slot += n
+        self.skips.append((self.iteration, n))
 
 
 NO_PACE = Pacer({}, 0.0)

@@ -257,9 +257,10 @@ class Interleave:
 
     def worker_config(self) -> dict[str, Any]:
         s = self.slot
-        skip = self.skip_after_s if self.late == "skip" else None
+        skip = self.skip_after_s if self.late in ("skip", "hold") else None
         first = s.period_s + s.offset_s  # one period's lead for every job: the offsets hold
-        return {"pace": {"offset_s": first, "period_s": s.slot_s, "skip_after_s": skip}}
+        pace = {"offset_s": first, "period_s": s.slot_s, "skip_after_s": skip}
+        return {"pace": {**pace, "hold": self.late == "hold"}}
 
     @property
     def skip_after_s(self) -> float:
@@ -283,7 +284,7 @@ class Interleave:
             "planned_overlap_s": s.overlap_s / s.per_period,
             "gap_s": s.gap_s,
             "late": self.late,
-            "skip_after_s": self.skip_after_s if self.late == "skip" else None,
+            "skip_after_s": self.skip_after_s if self.late in ("skip", "hold") else None,
             "rank": self.ranked[0] if self.ranked else None,
             "to": self.ranked[1] if self.ranked else None,
             **self._kept(t0, t1),

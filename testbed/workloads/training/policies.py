@@ -145,13 +145,15 @@ class InterleavePolicy(BaseModel):
         "much: the slack that brings a late iteration back onto its slot (the group takes "
         "the largest any job gives)",
     )
-    late: Literal["catch-up", "skip"] = Field(
+    late: Literal["catch-up", "skip", "hold"] = Field(
         "catch-up",
         description="an iteration that starts late: `catch-up` starts it at once and the "
         "margin brings the job back onto its slots over the next iterations; `skip` gives up "
         "the slots an iteration began late by beyond the job's gap (the free time the plan "
         "leaves after the job's network arcs: a phase later than that would run into another "
-        "job's), on every rank alike, from the next stop vote",
+        "job's), on every rank alike, from the next stop vote; `hold` gives them up before "
+        "the late iteration's own network phase, which waits for the slot it would have had "
+        "(torch-ddp with DDP's own schedule)",
     )
     classes: list[str] | None = Field(
         None,

@@ -311,6 +311,17 @@ def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
         )
     names = s.tc_profile.class_names
     if isinstance(p, InterleavePolicy | ByRatioPolicy):
+        if (
+            isinstance(p, InterleavePolicy)
+            and p.late == "hold"
+            and not (w.backend == "torch-ddp" and ddp_default_schedule(w))
+        ):
+            raise FieldProblem(
+                ("policy", "late"),
+                "late: hold waits inside the iteration before its first reduction, which only "
+                "torch-ddp's own schedule (fusion: buckets, queue: fifo, barrier: true) does; "
+                "use late: skip",
+            )
         if p.classes is None:
             return
         if w.tc_class is not None or w.dscp is not None:
