@@ -320,19 +320,23 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
     assert "of its iterations began on their slot" in rep.stdout
 
 
-def test_skipping_jobs_give_up_slots_rank_by_rank_alike_under_a_fourth_jobs_load(tmp_path):
-    """examples/interleave.yaml with `late: skip`, and a fourth job (4 MB, no policy) on job
-    a's hosts from 6 s to 9 s: its ring crosses the same fabric link, so the three jobs'
-    phases run long and begin late while it runs, and they give slots up. The ranks of a job
-    decide that on the stop vote, so each rank's own pace log shows the same slots, one by
-    one (before the vote, one rank judged its lateness on its own clock: job b's two ranks
-    began 9 of 78 iterations on different slots in one run, each then waiting for the other
-    a whole period in the all-reduce). How soon the jobs are back on their slots after the
-    fourth job has gone is measured, not asserted (docs/results/policies.md)."""
+@pytest.mark.parametrize("late", ["skip", "hold"])
+def test_skipping_jobs_give_up_slots_rank_by_rank_alike_under_a_fourth_jobs_load(tmp_path, late):
+    """examples/interleave.yaml with `late: skip` (or `hold`), and a fourth job (4 MB, no
+    policy) on job a's hosts from 6 s to 9 s: its ring crosses the same fabric link, so the
+    three jobs' phases run long and begin late while it runs, and they give slots up. The
+    ranks of a job decide that on a vote, so each rank's own pace log shows the same slots,
+    one by one (before the vote, one rank judged its lateness on its own clock: job b's two
+    ranks began 9 of 78 iterations on different slots in one run, each then waiting for the
+    other a whole period in the all-reduce). With `hold` the late iteration's network phase
+    waits for the slot it gives up for: the iteration ends no earlier than that slot's time
+    plus its compute (with `skip` it runs at once and ends a period or more earlier). How soon
+    the jobs are back on their slots after the fourth job has gone is measured, not asserted
+    (docs/results/policies.md)."""
     from testbed.orchestrator import run
     from testbed.resolve import load_scenario, with_overrides
 
-    skip = {"kind": "interleave", "late": "skip"}
+    skip = {"kind": "interleave", "late": late}
     s = with_overrides(
         load_scenario(ROOT / "examples" / "interleave.yaml"),
         {
@@ -366,6 +370,19 @@ def test_skipping_jobs_give_up_slots_rank_by_rank_alike_under_a_fourth_jobs_load
         assert not apart, (name, apart)  # every iteration on the same slot on both ranks
         assert [r["skipped"] for r in x[:n]] == [r["skipped"] for r in y[:n]], name
         given_up += sum(int(r["skipped"]) for r in x)
-        assert summary[name]["policy"]["late"] == "skip"
+        assert summary[name]["policy"]["late"] == late
+        if late == "hold":
+            period = summary[name]["policy"]["slot_s"]
+            compute = summary[name]["compute_time_s"]
+            for host, rows in logs.items():
+                ends = {
+                    int(r["iteration"]): float(r["end"])
+                    for r in csv.DictReader((out / name / f"iterations-{host}.csv").open())
+                }
+                for i, row in enumerate(rows[1:]):  # row i + 1 follows iteration i
+                    n = int(row["skipped"])
+                    if n and i in ends:
+                        held = ends[i] - float(rows[i]["slot_time"])
+                        assert held >= n * period + compute, (name, host, i, n, held)
     # the fourth job made the others late past their gap: they gave slots up
     assert given_up >= 1, given_up

@@ -184,6 +184,75 @@ def test_slots_given_up_since_an_iteration_count_against_its_lateness():
     assert a.slot == b.slot == 3
 
 
+def test_a_pacer_that_holds_runs_a_late_iterations_phase_on_the_slot_it_gives_up_for(tmp_path):
+    """`late: hold`, one rank: slots every 0.2 s from 0.1, the gap 0.08 s, compute 0.1 s.
+    Iteration 0 on its slot. Iteration 1 comes at 0.42, 0.12 late for its slot at 0.3; its
+    lateness, agreed before its network phase (at 0.52, after the compute), gives up
+    ⌈(0.12 − 0.08) / 0.2⌉ = 1 slot: the phase waits 0.2 − 0.12 = 0.08 s, to 0.6, where it
+    would have been had the iteration begun on slot 2 (0.5 + 0.1). The phase takes 0.05 s:
+    iteration 2 comes at 0.65 and waits for slot 3 (0.7), its log row saying 1 slot given up.
+    Its own stop vote read back (0.12 late) gives up nothing more. Iteration 2, on its slot,
+    holds nothing."""
+    clock = StepClock()
+    t0 = clock.time()
+    log = tmp_path / "pace.csv"
+    cfg = {"pace": {"offset_s": 0.1, "period_s": 0.2, "skip_after_s": 0.08, "hold": True}}
+    p = Pacer(cfg, t0, log, clock=clock)
+    assert p.holds
+    p.wait()  # iteration 0 at 0.1
+    clock.sleep(0.15)
+    p.agree(0, *p.vote_of(0))
+    clock.sleep(t0 + 0.42 - clock.time())
+    p.wait()  # iteration 1, 0.12 late
+    clock.sleep(0.1)  # its compute
+    p.hold(1, p.vote_of(1)[1])
+    assert clock.time() - t0 == pytest.approx(0.6)
+    clock.sleep(0.05)  # its network phase
+    p.agree(1, *p.vote_of(1))
+    p.wait()
+    assert clock.time() - t0 == pytest.approx(0.7)
+    clock.sleep(0.1)
+    before = clock.time()
+    p.hold(2, p.vote_of(2)[1])
+    assert clock.time() == before
+    rows = list(csv.DictReader(log.open()))
+    assert [int(r["slot"]) for r in rows] == [0, 1, 3]
+    assert [int(r["skipped"]) for r in rows] == [0, 0, 1]
+    assert keeping(rows, 0.2) == {"on_slot_share": 2 / 3, "slots_missed": 1}
+
+
+def test_ranks_that_hold_on_their_agreed_lateness_begin_the_phase_together():
+    """Two ranks, slots every 0.05 s, gap 0.01 s, holding. They begin iteration 1 0.008 and
+    0.012 s late, either side of the gap; the agreed lateness (the most, 0.012) holds both:
+    each waits a period less its own lateness, so after the same compute (0.03 s) both begin
+    the phase at 0.05 + 0.05 + 0.03 = 0.13, where slot 2's would be. A rank that judged on its
+    own lateness (0.008) would not have held, and the other would wait for it in the
+    all-reduce. A pacer without `hold` holds nothing."""
+    cfg = {"pace": {"offset_s": 0.0, "period_s": 0.05, "skip_after_s": 0.01, "hold": True}}
+    t0 = StepClock().time()
+    a, b = Pacer(cfg, t0, clock=StepClock(t0)), Pacer(cfg, t0, clock=StepClock(t0))
+    for p in (a, b):
+        p.wait()
+    _vote(a, b, (0,))
+    a.clock.sleep(t0 + 0.058 - a.clock.time())
+    b.clock.sleep(t0 + 0.062 - b.clock.time())
+    for p in (a, b):
+        p.wait()
+        p.clock.sleep(0.03)
+    agreed = max(a.vote_of(1)[1], b.vote_of(1)[1])
+    for p in (a, b):
+        p.hold(1, agreed)
+    assert a.clock.time() - t0 == pytest.approx(0.13) == b.clock.time() - t0
+    assert a.slot == b.slot == 3
+    a2, _ = _two_ranks(ahead=False)  # skip, no hold
+    assert not a2.holds
+    a2.wait()
+    a2.clock.sleep(0.1)
+    before = a2.clock.time()
+    a2.hold(0, 0.5)
+    assert a2.clock.time() == before and a2.slot == 1
+
+
 def test_keeping_counts_iterations_on_their_slot_and_the_slots_missed_while_late():
     """A catching-up job: slot 3 begun 0.12 s late (its iteration ran past slot 4 too), then
     slot 4 begun 0.05 late, slot 5 on time: slots 0..5, none missed (each had its
@@ -234,6 +303,18 @@ def _jobs(**over):
     return load_scenario_data(data, "test")
 
 
+def test_a_given_period_replaces_the_models_and_the_free_time_is_shared_out_of_it():
+    """The two jobs below (each 142.7 ms alone, 42.7 ms of network) with the period given as
+    160 ms (e.g. their measured iterations, longer than the model's): the free time,
+    160 − 2 × 42.7 = 74.6 ms, is shared out, the second job's arc 37.3 ms after the first's,
+    offset 42.7 + 37.3 = 80.0 ms; one job giving it is enough."""
+    _, slots = plan_for(_jobs(a={"policy": {"kind": "interleave", "period": "160ms"}}))
+    assert slots["a"].period_s == slots["b"].period_s == pytest.approx(0.160)
+    net = 0.5e6 * 8 / 100e6 / 0.9356
+    assert slots["b"].offset_s - slots["a"].offset_s == pytest.approx(0.080, abs=0.160 / GRID)
+    assert slots["a"].gap_s == pytest.approx((0.160 - 2 * net) / 2, abs=0.160 / GRID)
+
+
 def test_the_loader_plans_the_group_from_the_jobs_models():
     """Two identical jobs (0.5 MB, 2 workers across a 100 Mbit/s fabric link, 100 ms of
     compute, one DDP bucket after backward): each reduces 0.5 MB in 40 ms / 0.936 = 42.7 ms
@@ -264,6 +345,28 @@ def test_the_loader_plans_the_group_from_the_jobs_models():
         ({"a": {"policy": {"kind": "interleave", "offset": "-1ms"}}}, "workloads.a.policy"),
         ({"a": {"policy": {"kind": "interleave", "margin": "101%"}}}, "margin"),
         ({"a": {"mode": "real"}}, "policy interleave needs mode: synthetic"),
+        (
+            {"a": {"policy": {"kind": "interleave", "late": "hold"}, "barrier": False}},
+            "workloads.a.policy.late: late: hold waits inside the iteration before its first "
+            "reduction, which only torch-ddp's own schedule",
+        ),
+        (
+            {"a": {"kind": "horovod", "policy": {"kind": "interleave", "late": "hold"}}},
+            "workloads.a.policy.late: late: hold",
+        ),
+        ({"a": {"policy": {"kind": "interleave", "late": "wait"}}}, "workloads.a.policy"),
+        (
+            {"a": {"policy": {"kind": "interleave", "period": "140ms"}}},
+            "workloads.a.policy.period: 140ms is shorter than a's iteration alone (142.736ms by its model",
+        ),
+        (
+            {
+                "a": {"policy": {"kind": "interleave", "period": "160ms"}},
+                "b": {"policy": {"kind": "interleave", "period": "170ms"}},
+            },
+            "workloads.b.policy.period: 170ms differs from a's 160ms",
+        ),
+        ({"a": {"policy": {"kind": "interleave", "period": "0ms"}}}, "workloads.a.policy"),
     ],
 )
 def test_an_interleave_the_loader_cannot_keep_is_one_line_naming_the_field(over, message):

@@ -18,6 +18,7 @@ from testbed.workloads.training.ranking import classes
 def resolve(s: Any) -> None:
     _rank(s, "by-ratio")
     _rank(s, "interleave")
+    _check_period(s)
     _check_offsets(s)
 
 
@@ -47,6 +48,34 @@ def _listed(names: list[str] | None) -> tuple[str, ...]:
 
 def _shown(names: tuple[str, ...]) -> str:
     return str(list(names)) if names else "none (its own class)"
+
+
+def _check_period(s: Any) -> None:
+    """Policy interleave: a given period is the same on every job that gives one, and no
+    shorter than the longest iteration alone by the model (a job that cannot fit its
+    iteration into the period falls behind its slots for good)."""
+    group = jobs_with(s, "interleave")
+    given = {n: w.policy.period for n, w in group.items() if w.policy.period is not None}
+    if not given:
+        return
+    (first, value), *rest = given.items()
+    for n, other in rest:
+        if other != value:
+            raise FieldProblem(
+                ("workloads", n, "policy", "period"),
+                f"{format_duration(other)} differs from {first}'s {format_duration(value)}: the "
+                "jobs of policy interleave share one period, so every one that gives it gives "
+                "the same",
+            )
+    profiles, _ = plan_for(s)
+    longest = max(profiles, key=lambda p: p.iteration_s)
+    if value < longest.iteration_s:
+        raise FieldProblem(
+            ("workloads", first, "policy", "period"),
+            f"{format_duration(value)} is shorter than {longest.name}'s iteration alone "
+            f"({format_duration(longest.iteration_s)} by its model: `testbed predict`); give "
+            "at least that, or leave it out to have it computed",
+        )
 
 
 def _check_offsets(s: Any) -> None:

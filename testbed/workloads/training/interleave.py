@@ -86,9 +86,9 @@ class Slot:
         return self.period_s / self.per_period
 
 
-def period(profiles: list[Profile], margin: float) -> float:
-    """P: the longest iteration alone, stretched by `margin` (a fraction)."""
-    return max(p.iteration_s for p in profiles) * (1 + margin)
+def period(profiles: list[Profile], margin: float, given: float | None = None) -> float:
+    """P: `given`, or the longest iteration alone, stretched by `margin` (a fraction)."""
+    return given if given is not None else max(p.iteration_s for p in profiles) * (1 + margin)
 
 
 def _bins(arcs: tuple[tuple[float, float], ...], shift: float, step: float, n: int) -> list[int]:
@@ -102,9 +102,11 @@ def _bins(arcs: tuple[tuple[float, float], ...], shift: float, step: float, n: i
     return out
 
 
-def plan(profiles: list[Profile], margin: float) -> dict[str, Slot]:
+def plan(
+    profiles: list[Profile], margin: float, given_period: float | None = None
+) -> dict[str, Slot]:
     """Each job's slot (the module's docstring says how)."""
-    big_p = period(profiles, margin)
+    big_p = period(profiles, margin, given_period)
     step = big_p / GRID
     busy = [0] * GRID  # how many placed jobs' arcs cover each bin
     order = sorted(profiles, key=lambda p: (p.offset_s is None, -p.network_s, p.name))
@@ -340,12 +342,13 @@ def plan_for(s: Any) -> tuple[list[Profile], dict[str, Slot]]:
     plan from the same scenario; the loader computes it too, to check given offsets."""
     from testbed.workloads.training.predict import network_arcs
 
-    jobs, margin = [], 0.0
+    jobs, margin, given = [], 0.0, None
     for name, w in group(s, "interleave").items():
         it, arcs = network_arcs(name, s)
         jobs.append(Profile(name, it, tuple(arcs), w.policy.offset))
         margin = max(margin, w.policy.margin / 100)
-    return jobs, plan(jobs, margin)
+        given = w.policy.period if w.policy.period is not None else given
+    return jobs, plan(jobs, margin, given)
 
 
 def start(job: Any) -> Interleave:

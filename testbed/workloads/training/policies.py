@@ -145,6 +145,14 @@ class InterleavePolicy(BaseModel):
         "much: the slack that brings a late iteration back onto its slot (the group takes "
         "the largest any job gives)",
     )
+    period: Duration | None = Field(
+        None,
+        gt=0,
+        description="the group's period, given (e.g. from the jobs' measured iterations "
+        "alone: the model leaves out the workers' own overheads); default: the longest "
+        "iteration alone by the model, stretched by `margin`. Every job of the group that "
+        "gives one gives the same, at least the longest iteration alone by the model",
+    )
     late: Literal["catch-up", "skip", "hold"] = Field(
         "catch-up",
         description="an iteration that starts late: `catch-up` starts it at once and the "

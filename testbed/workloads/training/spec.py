@@ -452,8 +452,10 @@ def dilate(w: HorovodWorkload, k: float) -> dict[str, Any]:
     """The derived compute (from R, a trace or the default) made explicit, then dilated;
     giving compute_time drops the ratio it came from."""
     out = {"compute_time": w.d.compute_time * k, "cycle_time": w.cycle_time * k}
-    if isinstance(w.policy, InterleavePolicy) and w.policy.offset is not None:
-        out["policy.offset"] = w.policy.offset * k
+    if isinstance(w.policy, InterleavePolicy):
+        for field in ("offset", "period"):
+            if getattr(w.policy, field) is not None:
+                out[f"policy.{field}"] = getattr(w.policy, field) * k
     return out
 
 
