@@ -315,6 +315,31 @@ def test_a_given_period_replaces_the_models_and_the_free_time_is_shared_out_of_i
     assert slots["a"].gap_s == pytest.approx((0.160 - 2 * net) / 2, abs=0.160 / GRID)
 
 
+def test_a_given_period_and_offset_are_dilated_with_the_scenario():
+    """time_scale 10: the machine runs the jobs ten times slower (a 1 Gbit/s fabric at
+    100 Mbit/s, 10 ms of compute as 100 ms), so a period given as 16 ms in scenario time is a
+    160 ms period on the machine, and b's offset of 8 ms an 80 ms one."""
+    from testbed.resolve import wall_scenario
+
+    job = {"kind": "torch-ddp", "model_size": "0.5MB", "compute_time": "10ms"}
+    pol = {"kind": "interleave", "period": "16ms"}
+    data = {
+        "name": "p",
+        "time_scale": 10,
+        "topology": {"kind": "leaf-spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2,
+                     "link_rate": "1gbit", "oversubscription": 2},
+        "tc_profile": "thesis-3band",
+        "workloads": {"a": {**job, "hosts": ["h1", "h3"], "policy": pol},
+                      "b": {**job, "hosts": ["h2", "h4"], "policy": {**pol, "offset": "8ms"}}},
+    }  # fmt: skip
+    s = load_scenario_data(data, "test")
+    _, slots = plan_for(s)
+    _, wall = plan_for(wall_scenario(s))
+    assert slots["a"].period_s == pytest.approx(0.016)
+    assert wall["a"].period_s == wall["b"].period_s == pytest.approx(0.160)
+    assert wall["b"].offset_s == pytest.approx(0.080)
+
+
 def test_the_loader_plans_the_group_from_the_jobs_models():
     """Two identical jobs (0.5 MB, 2 workers across a 100 Mbit/s fabric link, 100 ms of
     compute, one DDP bucket after backward): each reduces 0.5 MB in 40 ms / 0.936 = 42.7 ms

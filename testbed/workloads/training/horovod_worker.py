@@ -262,7 +262,10 @@ class Pacer:
     all-reduce each time (docs/results/policies.md). The price of agreeing: slots are given
     up only when the late iteration's vote is read, before the next iteration (one iteration
     later; two for Horovod without a barrier, whose next iteration has begun by then), so the
-    late iteration itself, and with lag 2 the next, run late (catching up)."""
+    late iteration itself, and with lag 2 the next, run late (catching up). With `hold`
+    (`late: hold`, torch-ddp's own loop) the lateness rides on a vote of its own, sent as the
+    iteration begins and read before its first reduction (hold()), so the late iteration's
+    phase waits for the slot it gives up for instead of running late."""
 
     def __init__(
         self, cfg: dict[str, Any], t0: float, log: Path | None = None, clock: Any = time

@@ -26,8 +26,11 @@ began late by beyond the job's gap (the least free time the plan leaves between 
 of the job's network arcs and the start of another job's on the circle: the lateness past which
 its phase would run into another job's), decided on the stop vote so that every rank gives up
 the same ones (Pacer), before the iteration after the late one (the one after that for Horovod
-without a barrier). Catching up costs nothing while the lateness stays within the gap and
-collides beyond it; skipping costs a slot and collides only until the vote is read. The
+without a barrier); `hold` (torch-ddp's own schedule only) gives them up before the late
+iteration's own network phase, on a vote sent as the iteration begins and read before its first
+reduction (Pacer.hold), the phase waiting for the slot it gives up for. Catching up costs
+nothing while the lateness stays within the gap and collides beyond it; skipping costs a slot
+and collides only until the vote is read; holding costs the same slot and does not collide. The
 iteration's recorded time includes any wait for its slot: the job's throughput, not only its
 busy time. The summary counts, from rank 0's pace log, the iterations that began on their slot
 and the slots the job skipped, and from its records how much of its gap its own phases used
@@ -36,7 +39,9 @@ up (phase_overrun).
 What the plan assumes: every job of the group shares one bottleneck (placing them apart costs
 nothing if they do not), and the model's arcs alone are what the jobs do (compute emulated
 per layer; the workers' own overheads come out of the margin, and out of the gaps: the
-summary's phase_overrun_s says how much)."""
+summary's phase_overrun_s says how much). A period the policy gives (`period`, e.g. from the
+jobs' measured iterations alone) replaces the model's; the free time is shared out of it the
+same way."""
 
 from __future__ import annotations
 
