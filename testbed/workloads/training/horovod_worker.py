@@ -341,9 +341,15 @@ class Pacer:
         self.skips = [(at, n) for at, n in self.skips if at > i]  # given up after i began
         over = late - sum(n for _, n in self.skips) * self.period - self.skip_after
         if over > 0:
-            n = math.ceil(over / self.period)
-            self.slot += n
-            self.skips.append((self.iteration, n))
+            self._give_up(over, self.period)
+
+    def _give_up(self, over: float, period: float) -> int:
+        """Give up the n = ⌈over / period⌉ slots a lateness of `over` beyond skip_after
+        reaches into, before the next iteration; n."""
+        n = math.ceil(over / period)
+        self.slot += n
+        self.skips.append((self.iteration, n))
+        return n
 
     def hold(self, i: int, late: float) -> None:
         """`late: hold`: iteration i's lateness agreed before its network phase (the most any
@@ -353,16 +359,14 @@ class Pacer:
         iteration begun on slot + n; the slots in between are given up, counted as a skip
         before the next iteration (which agree() then does not give up again)."""
         if not self.holds or self.period is None or self.skip_after is None:
-            return
+            return  # (holds implies both; the test tells the type checker)
         over = late - self.skip_after
         if over <= 0 or i not in self.began:
             return
-        n = math.ceil(over / self.period)
+        n = self._give_up(over, self.period)
         delay = n * self.period - self.began[i][1]  # (slot + n)'s time less when i began
         if delay > 0:
             self.clock.sleep(delay)
-        self.slot += n
-        self.skips.append((self.iteration, n))
 
 
 NO_PACE = Pacer({}, 0.0)

@@ -264,16 +264,18 @@ class Interleave:
 
     def worker_config(self) -> dict[str, Any]:
         s = self.slot
-        skip = self.skip_after_s if self.late in ("skip", "hold") else None
         first = s.period_s + s.offset_s  # one period's lead for every job: the offsets hold
-        pace = {"offset_s": first, "period_s": s.slot_s, "skip_after_s": skip}
+        pace = {"offset_s": first, "period_s": s.slot_s, "skip_after_s": self.skip_after_s}
         return {"pace": {**pace, "hold": self.late == "hold"}}
 
     @property
-    def skip_after_s(self) -> float:
-        """With `late: skip`, the lateness past which the job gives up slots (Pacer.agree):
-        the gap, but never under ON_SLOT of the slot (phases that touch would otherwise give
-        a slot away for a few microseconds of lateness)."""
+    def skip_after_s(self) -> float | None:
+        """With `late: skip` or `hold`, the lateness past which the job gives up slots
+        (Pacer.agree, Pacer.hold): the gap, but never under ON_SLOT of the slot (phases that
+        touch would otherwise give a slot away for a few microseconds of lateness). None when
+        the job catches up."""
+        if self.late == "catch-up":
+            return None
         return max(self.slot.gap_s, ON_SLOT * self.slot.slot_s)
 
     def tick(self, now: float) -> None:
@@ -291,7 +293,7 @@ class Interleave:
             "planned_overlap_s": s.overlap_s / s.per_period,
             "gap_s": s.gap_s,
             "late": self.late,
-            "skip_after_s": self.skip_after_s if self.late in ("skip", "hold") else None,
+            "skip_after_s": self.skip_after_s,
             "rank": self.ranked[0] if self.ranked else None,
             "to": self.ranked[1] if self.ranked else None,
             **self._kept(t0, t1),

@@ -74,11 +74,10 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
             )
         )
         if pol.get("on_slot_share") is not None:
+            over = f"one over {fmt_ms(pol.get('skip_after_s'))} ms late"
             rule = {
-                "skip": f"one over {fmt_ms(pol.get('skip_after_s'))} ms late gave up slots at "
-                "the next vote",
-                "hold": f"one over {fmt_ms(pol.get('skip_after_s'))} ms late held its network "
-                "phase for a later slot",
+                "skip": f"{over} gave up slots at the next vote",
+                "hold": f"{over} held its network phase for a later slot",
             }.get(pol["late"], "a late one began at once")
             out.print(
                 f"    {pol['on_slot_share']:.0%} of its iterations began on their slot, "

@@ -453,9 +453,8 @@ def dilate(w: HorovodWorkload, k: float) -> dict[str, Any]:
     giving compute_time drops the ratio it came from."""
     out = {"compute_time": w.d.compute_time * k, "cycle_time": w.cycle_time * k}
     if isinstance(w.policy, InterleavePolicy):
-        for field in ("offset", "period"):
-            if getattr(w.policy, field) is not None:
-                out[f"policy.{field}"] = getattr(w.policy, field) * k
+        given = {"offset": w.policy.offset, "period": w.policy.period}
+        out |= {f"policy.{f}": v * k for f, v in given.items() if v is not None}
     return out
 
 
