@@ -580,3 +580,31 @@ def test_interleave_classes_the_loader_cannot_give_are_one_line_naming_the_field
     with pytest.raises(ScenarioError) as e:
         _jobs(**over)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("late", "share", "hint"),
+    [("catch-up", 0.0, True), ("catch-up", 0.9, False), ("skip", 0.0, False)],
+)
+def test_the_report_says_what_to_do_when_a_catching_up_job_stays_behind_its_slots(
+    late, share, hint
+):
+    """The example at 16:40 UTC on 2026-12-06: no iteration on its slot in two runs, the
+    lateness past a second by the end; the report said only "0% ... on their slot". A job
+    that catches up and kept fewer than half its slots now gets the line saying why and what
+    to change; one that skips, or kept its slots, does not."""
+    from rich.console import Console
+
+    from testbed.workloads.training.report import print_section
+
+    pol = {"kind": "interleave", "jobs": 3, "period_s": 0.263, "slot_s": 0.263,
+           "offset_s": 0.0, "network_s": 0.0855, "planned_overlap_s": 0.0, "gap_s": 0.0193,
+           "late": late, "skip_after_s": 0.0193 if late == "skip" else None,
+           "on_slot_share": share, "slots_missed": 0, "phase_overrun_s": None}  # fmt: skip
+    section = {"workers": 2, "iterations": 100, "class": "be", "policy": pol,
+               "iteration_time_s": {"mean": 0.287, "p50": 0.28, "p99": 0.35}}  # fmt: skip
+    out = Console(record=True, width=400)
+    print_section(out, "a", section)
+    text = out.export_text()
+    assert f"{share:.0%} of its iterations began on their slot" in text
+    assert ("`late: skip` gives late slots up" in text) is hint, text

@@ -83,6 +83,13 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
                 f"    {pol['on_slot_share']:.0%} of its iterations began on their slot, "
                 f"{pol['slots_missed']} slots missed ({rule})"
             )
+            if pol["late"] == "catch-up" and pol["on_slot_share"] < 0.5:
+                out.print(
+                    "    behind its slots most of the window: a late phase that meets the next "
+                    "job's makes both later, and the period's slack is all it catches up by; "
+                    "`late: skip` gives late slots up, wider gaps absorb the lateness "
+                    "(docs/scenarios.md)"
+                )
         if pol.get("phase_overrun_s") is not None:
             out.print(
                 f"    its network phase ended {fmt_ms(pol['phase_overrun_s'])} ms after the "
