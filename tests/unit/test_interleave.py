@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from testbed.errors import ScenarioError
 from testbed.resolve import load_scenario_data
@@ -21,6 +22,7 @@ from testbed.workloads.training.interleave import (
     plan,
     plan_for,
 )
+from testbed.workloads.training.report import print_section
 from tests.clocks import StepClock
 from tests.needs import need
 
@@ -593,10 +595,6 @@ def test_the_report_says_what_to_do_when_a_catching_up_job_stays_behind_its_slot
     lateness past a second by the end; the report said only "0% ... on their slot". A job
     that catches up and kept fewer than half its slots now gets the line saying why and what
     to change; one that skips, or kept its slots, does not."""
-    from rich.console import Console
-
-    from testbed.workloads.training.report import print_section
-
     pol = {"kind": "interleave", "jobs": 3, "period_s": 0.263, "slot_s": 0.263,
            "offset_s": 0.0, "network_s": 0.0855, "planned_overlap_s": 0.0, "gap_s": 0.0193,
            "late": late, "skip_after_s": 0.0193 if late == "skip" else None,
