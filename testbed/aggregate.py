@@ -20,6 +20,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from testbed import aims as aims_mod
+from testbed.aims import t95
 from testbed.errors import ScenarioError
 from testbed.report import comparable, hooks, reported
 from testbed.runs import Run, pct_change
@@ -29,18 +31,6 @@ from testbed.workloads.reporting import MatchedChange
 
 def is_sweep(path: Path) -> bool:
     return (path / "sweep.json").is_file()
-
-
-# Student's t, two-sided 95 %, by degrees of freedom (a table: scipy is not a dependency, and
-# a sweep has a handful of seeds); beyond the table the normal's 1.96 is within 4 %
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
-
-
-def t95(df: int) -> float:
-    """t's 97.5 % point at `df` (df ≥ 1), from the table's nearest lower row (wider, never
-    narrower)."""
-    return 1.96 if df > 30 else T95[max(k for k in T95 if k <= df)]
 
 
 def _spread(xs: list[float | None]) -> dict[str, Any]:
@@ -83,6 +73,16 @@ def _counts(run: Run) -> dict[str, int]:
     return out
 
 
+def labels(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """Each result row's labels by full axis name."""
+    spec = doc["spec"]
+    names = [*spec["axes"], "seed", *spec["paired"]]
+    return doc.get("labels") or [  # sweep.json from before full labels were written
+        {a: str(row[short_name(a) if a in spec["axes"] else a]) for a in names}
+        for row in doc["results"]
+    ]
+
+
 def aggregate(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
     """The sweep `name` of the folder (None: the last to run there; sweep.sweep_doc)."""
     doc = sweep_doc(sweep_dir, name)
@@ -94,17 +94,13 @@ def aggregate(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
         )
     axis, baseline = compare["axis"], compare["baseline"]
     axes = [a for a in [*spec["axes"], *spec["paired"]] if a != axis]
-    names = [*spec["axes"], "seed", *spec["paired"]]
-    labels_of = doc.get("labels") or [  # sweep.json from before full labels were written
-        {a: str(row[short_name(a) if a in spec["axes"] else a]) for a in names}
-        for row in doc["results"]
-    ]
+    labels_of = labels(doc)
     runs: dict[tuple[tuple[str, str], ...], dict[str, dict[str, Run]]] = {}
-    for row, labels in zip(doc["results"], labels_of, strict=True):
+    for row, lb in zip(doc["results"], labels_of, strict=True):
         if row["status"] != "ok":
             continue
-        cell = tuple((a, labels[a]) for a in axes)
-        runs.setdefault(cell, {}).setdefault(labels[axis], {})[labels["seed"]] = Run(
+        cell = tuple((a, lb[a]) for a in axes)
+        runs.setdefault(cell, {}).setdefault(lb[axis], {})[lb["seed"]] = Run(
             sweep_dir / row["folder"]
         )
     cells = []
@@ -157,6 +153,90 @@ def aggregate(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
         },
         "cells": cells,
     }
+
+
+def verdicts(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
+    """The sweep's aims judged cell by cell (aims.py): per cell, compared value and aim, each
+    seed's paired figure, the mean, its 95 % interval and the verdict, with the seeds whose
+    pair is not a fair one (aims.pair_flags) flagged. Reads each finished run's summary."""
+    doc = sweep_doc(sweep_dir, name)
+    spec = doc["spec"]  # as the sweep wrote it (a record from before aims has none)
+    if not spec.get("aims") or not spec.get("compare"):
+        return {"aims": [], "judged": [], "decided": True, "undecided": 0}
+    axis, baseline = spec["compare"]["axis"], spec["compare"]["baseline"]
+    values = (
+        list(spec["paired"][axis]) if axis in spec["paired"]
+        else [v if isinstance(v, str) else json.dumps(v) for v in spec["axes"][axis]]
+    )  # fmt: skip
+    aims = aims_mod.parse(spec["aims"], values, baseline)
+    axes = [a for a in [*spec["axes"], *spec["paired"]] if a != axis]
+    # cell → compared value → seed → summary
+    summaries: dict[tuple[tuple[str, str], ...], dict[str, dict[int, dict[str, Any]]]] = {}
+    for row, lb in zip(doc["results"], labels(doc), strict=True):
+        if row["status"] != "ok":
+            continue
+        cell = tuple((a, lb[a]) for a in axes)
+        try:
+            summary = json.loads((sweep_dir / row["folder"] / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        summaries.setdefault(cell, {}).setdefault(lb[axis], {})[int(lb["seed"])] = summary
+    judged = []
+    for cell, by_value in summaries.items():
+        for aim in aims:
+            base = by_value.get(aim.baseline or baseline, {})
+            targets = [aim.value] if aim.value else [v for v in values if v != aim.baseline]
+            changes: dict[str, dict[int, float | None]] = {}
+            flags: dict[str, dict[int, list[str]]] = {}
+            for v in values:
+                for seed, b in base.items():
+                    o = by_value.get(v, {}).get(seed)
+                    if o is None or v == aim.baseline:
+                        continue
+                    changes.setdefault(v, {})[seed] = aims_mod.pct_change(
+                        aims_mod.value_at(o, aim.path), aims_mod.value_at(b, aim.path)
+                    )
+                    if why := aims_mod.pair_flags(b, o):
+                        flags.setdefault(v, {})[seed] = [f"{v}: {w}" for w in why]
+            for v in targets:
+                if v not in changes:
+                    continue
+                seed_flags = dict(flags.get(v, {}))
+                if aim.other:  # the other value's pairs carry the figure too
+                    for seed, why in flags.get(aim.other, {}).items():
+                        seed_flags[seed] = [*seed_flags.get(seed, []), *why]
+                j = aims_mod.judge(aim, aims_mod.figures(aim, v, changes), seed_flags)
+                judged.append({"cell": dict(cell), "value": v,
+                               "baseline": aim.baseline, **j.to_json(), "text": j.text()})  # fmt: skip
+    undecided = sum(j["verdict"] == aims_mod.UNDECIDED for j in judged)
+    return {
+        "aims": [a.label() for a in aims],
+        "judged": judged,
+        "decided": bool(judged) and undecided == 0,
+        "undecided": undecided,
+        "seeds": sorted({int(lb["seed"]) for lb in labels(doc)}),
+    }
+
+
+def record_verdicts(
+    sweep_dir: Path, name: str, until: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The verdicts, kept in the sweep's record (sweep.json and sweeps/NAME.json); `until`:
+    how a seed plan's rounds ended (decide.py), with the seeds they ran."""
+    v = verdicts(sweep_dir, name)
+    if until is not None:
+        v["until"] = {**until, "seeds": len(v.get("seeds", []))}
+    for path in (sweep_dir / "sweep.json", sweep_dir / "sweeps" / f"{name}.json"):
+        if not path.is_file():
+            continue
+        doc = json.loads(path.read_text())
+        if doc.get("name") != name:
+            continue
+        doc["verdicts"] = v
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(path)
+    return v
 
 
 def plot_maps(agg: dict[str, Any], out_dir: Path) -> tuple[list[Path], str | None]:

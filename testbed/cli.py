@@ -433,6 +433,7 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool, name: str | None) -
     if not no_plots and (tradeoff := ag.plot_tradeoff(agg, plot_dir / "tradeoff.png")):
         plots.append(tradeoff)
     agg["plots"] = [str(p) for p in plots]
+    agg["verdicts"] = ag.verdicts(path, name)
     if as_json:
         click.echo(json.dumps(agg, indent=2))
         return
@@ -446,6 +447,8 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool, name: str | None) -
     )
     t = views.compare_table(agg)
     out.print(t)
+    if agg["verdicts"]["aims"]:
+        out.print(views.verdict_table(agg["verdicts"]))
     for p in agg["plots"]:
         out.print(f"plot: {p}")
     if why_not:
@@ -491,6 +494,12 @@ def _print_points(doc: dict[str, Any], as_json: bool) -> None:
     help="run only the points whose AXIS has one of the VALUEs (repeat for more axes: each "
     "must hold); the file's other points stay in its record, as finished earlier or not run",
 )
+@click.option(
+    "--budget",
+    metavar="DURATION",
+    help="with seeds: {until: decided}: add no round of seeds that would not end within "
+    "this time, e.g. 6h (estimated from the runs already finished)",
+)
 @_friendly
 def sweep(
     sweep_file: Path,
@@ -500,6 +509,7 @@ def sweep(
     verbose: bool,
     swarm: bool,
     only: tuple[str, ...],
+    budget: str | None,
 ) -> None:
     """Run every point of SWEEP_FILE (axes × paired axes × seeds), one after another.
 
@@ -508,39 +518,37 @@ def sweep(
     a point whose expect: checks fail (exit 3 at the end). Writes one run folder per point,
     sweep.csv and sweep.json; `testbed report OUT` aggregates them. With --only, the points
     the filters keep, and the record still holds every point of the file (report compares
-    every finished one), so a long sweep can be run in parts."""
+    every finished one), so a long sweep can be run in parts. With `aims:`, the verdicts are
+    printed at the end and kept in sweep.json; with `seeds: {until: decided}`, seeds are added
+    in rounds until every aim is decided, `max` seeds ran or --budget is spent."""
     from testbed import sweep as sw
+    from testbed.units import parse_duration
 
     spec = sw.load_spec(sweep_file)
+    planned = isinstance(spec.seeds, sw.SeedPlan)
+    budget_s = None
+    if budget is not None:
+        if not planned:
+            raise ScenarioError(
+                "--budget: goes with seeds: {until: decided} (a list of seeds runs whole)"
+            )
+        try:
+            budget_s = parse_duration(budget)
+        except ValueError as e:
+            raise ScenarioError(f"--budget {budget}: {e} (e.g. 6h or 90min)") from None
     points = sw.expand(spec, sweep_file)
-    kept = sw.only_points(spec, points, only) if only else None
+    if planned:  # every seed the plan may add must resolve before the first run
+        sw.expand(spec, sweep_file, spec.all_seeds())
     out = out or sw.default_out(spec)
     if dry_run:
-        _print_dry_run(spec, [p for p in points if kept is None or p.index in kept])
+        kept = sw.only_points(spec, points, only) if only else None
+        _print_dry_run(spec, [p for p in points if kept is None or p.index in kept], out)
         return
     from testbed.orchestrator import run
     from testbed.preflight import require_root
 
     require_root("testbed sweep")
     _console_logging(verbose, quiet=not verbose)
-    if swarm:
-        from testbed.swarm import run as swarm_run
-
-        with views.sweep_progress(err_console) as progress:
-            outcomes = swarm_run.sweep(
-                spec,
-                points,
-                out,
-                views.SwarmUI(progress),
-                lambda m: progress.console.print(m),
-                only=kept,
-            )
-        if plots:
-            for o in outcomes:
-                if o.status == "ok":
-                    _plots_after_run(out / "runs" / o.point.folder)
-        _sweep_done(spec, points, outcomes, out)
-        return
 
     def run_one(scenario: Any, folder: Path, point_ui: Any) -> dict[str, Any]:
         scenario, link_budget = budget_for(scenario, point_ui.phase)
@@ -549,19 +557,52 @@ def sweep(
             _plots_after_run(folder)
         return result.summary
 
-    with views.sweep_progress(err_console) as progress:
-        outcomes = sw.run_sweep(spec, points, out, run_one, views.SweepUI(progress), kept)
+    def run_round(points: list[Any]) -> list[Any]:
+        kept = sw.only_points(spec, points, only) if only else None
+        if swarm:
+            from testbed.swarm import run as swarm_run
+
+            with views.sweep_progress(err_console) as progress:
+                outcomes = swarm_run.sweep(
+                    spec, points, out, views.SwarmUI(progress),
+                    lambda m: progress.console.print(m), only=kept,
+                )  # fmt: skip
+            if plots:
+                for o in outcomes:
+                    if o.status == "ok":
+                        _plots_after_run(out / "runs" / o.point.folder)
+            return outcomes
+        with views.sweep_progress(err_console) as progress:
+            return sw.run_sweep(spec, points, out, run_one, views.SweepUI(progress), kept)
+
+    if planned:
+        from testbed.decide import run_until_decided
+
+        d = run_until_decided(spec, sweep_file, out, run_round, budget_s, err_console.print)
+        ended = {"decided": "every aim decided", "max": "the plan's max reached",
+                 "budget": "the budget reached", "failed": "a run failed"}  # fmt: skip
+        err_console.print(f"{d.seeds} seeds run: {ended[d.stopped]}")
+        _sweep_done(spec, d.points, d.outcomes, out)
+        return
+    outcomes = run_round(points)
     _sweep_done(spec, points, outcomes, out)
 
 
 def _sweep_done(spec: Any, points: list[Any], outcomes: list[Any], out: Path) -> None:
-    """The sweep's last line, and its exit: 1 if a run failed, 3 if a check failed."""
+    """The sweep's last lines (its verdicts, where it has aims), and its exit: 1 if a run
+    failed, 3 if a check failed."""
     from testbed.sweep import NOT_RUN
 
     ran = [o for o in outcomes if o.status in ("ok", "failed")]
     failed = [o for o in outcomes if o.status == "failed"]
     unmet = [o for o in outcomes if o.failed_checks]
     left = sum(o.status == NOT_RUN for o in outcomes)
+    if spec.aims and (out / "sweep.json").is_file():
+        from testbed.aggregate import record_verdicts
+
+        # a seed plan's rounds recorded theirs with how they ended (decide.py)
+        v = _doc(out).get("verdicts") or record_verdicts(out, spec.name)
+        Console().print(views.verdict_table(v))
     Console().print(
         f"sweep {spec.name}: {len(points)} points, {len(ran)} run now "
         f"({len(outcomes) - len(ran) - left} finished earlier"
@@ -576,9 +617,14 @@ def _sweep_done(spec: Any, points: list[Any], outcomes: list[Any], out: Path) ->
         sys.exit(3)
 
 
-def _print_dry_run(spec: Any, points: list[Any]) -> None:
+def _doc(out: Path) -> dict[str, Any]:
+    return dict(json.loads((out / "sweep.json").read_text()))
+
+
+def _print_dry_run(spec: Any, points: list[Any], out: Path) -> None:
     """Each point's length on this machine's clock, and what its instances plan to measure
-    (a kind's report module may say, through `planned`: web-search counts its flows)."""
+    (a kind's report module may say, through `planned`: web-search counts its flows); then
+    what the sweep would cost at the wall time of the runs already finished in `out`."""
     from testbed.workloads import kinds
     from testbed.workloads.registry import load
 
@@ -618,6 +664,33 @@ def _print_dry_run(spec: Any, points: list[Any]) -> None:
         f"{views.fmt_duration(total_s)} of run time on this machine's clock in all (setup, drain "
         "and teardown come on top)"
     )
+    _print_cost(spec, points, out)
+
+
+def _print_cost(spec: Any, points: list[Any], out: Path) -> None:
+    """The expected cost from the points already run in `out` (their mean wall time, setup
+    and teardown included): of what is left, and for a seed plan at its min and its max."""
+    from testbed.decide import mean_wall
+    from testbed.sweep import SeedPlan, finished_runs
+
+    per_run = mean_wall(out)
+    if per_run is None:
+        Console().print(f"no run finished in {out} yet: the cost is known after the first")
+        return
+    done = finished_runs(out / "runs")
+    left = sum(p.identity not in done for p in points)
+    cells = len(points) // max(len(spec.seed_list()), 1)  # runs a seed adds
+    line = (
+        f"at {views.fmt_duration(per_run)} a run (the mean of {len(done)} finished in {out}): "
+        f"{left} of {len(points)} runs left, about {views.fmt_duration(left * per_run)}"
+    )
+    if isinstance(spec.seeds, SeedPlan):
+        most = cells * spec.seeds.max - (len(points) - left)
+        line += (
+            f"; up to max {spec.seeds.max} seeds {max(most, 0)} runs more, about "
+            f"{views.fmt_duration(max(most, 0) * per_run)}"
+        )
+    Console().print(line)
 
 
 def _real_time(s: Any) -> float | None:

@@ -34,11 +34,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from testbed import aims as aims_mod
 from testbed import expect
 from testbed.errors import EnvironmentProblem, ScenarioError, TestbedError
 from testbed.resolve import load_scenario, with_overrides
@@ -65,6 +73,28 @@ class MapAxes(BaseModel):
     y: str
 
 
+class SeedPlan(BaseModel):
+    """Seeds added until the aims are decided: `min` first, then `step` more at a time (in
+    pairs by default, so the alternating order stays balanced) up to `max`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: int = Field(1, alias="from", description="the first seed")
+    min: int = Field(3, ge=2, description="seeds run before the aims are first judged")
+    max: int = Field(20, ge=2, description="the most seeds; undecided after them is a verdict")
+    step: int = Field(2, ge=1, description="seeds added at a time while an aim is undecided")
+    until: Literal["decided"] = Field(description="decided: every aim holds or misses")
+
+    @model_validator(mode="after")
+    def _order(self) -> SeedPlan:
+        if self.min > self.max:
+            raise ValueError(f"seeds: min ({self.min}) is above max ({self.max})")
+        return self
+
+    def first(self, n: int) -> list[int]:
+        return list(range(self.from_, self.from_ + n))
+
+
 class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -74,9 +104,52 @@ class SweepSpec(BaseModel):
     set: dict[str, Any] = Field(default_factory=dict, description="overrides for every run")
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     paired: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)
-    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    seeds: list[int] | SeedPlan = Field(default_factory=lambda: [1])
     compare: Compare | None = None
+    aims: list[str] = Field(
+        default_factory=list, description="what the comparison is to decide (aims.py)"
+    )
+    order: Literal["alternate", "fixed"] = Field(
+        "alternate",
+        description="alternate: the compared runs of a cell and seed in turn, reversed on "
+        "every other seed (same-low, low-same: ABBA); fixed: as the file lists them",
+    )
     map: MapAxes | None = Field(None, description="the report's map: x and y axes")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, v: Any) -> Any:
+        """A list, or a plan; one line for either (a union's errors would name both)."""
+        if isinstance(v, dict):
+            try:
+                return SeedPlan.model_validate(v)
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                raise ValueError(f"{where}: {msg}" if where else msg) from None
+        if isinstance(v, list) and not v:
+            raise ValueError("give at least one seed")
+        if not isinstance(v, list):
+            raise ValueError("a list of seeds, or {from: 1, min: 3, max: 20, until: decided}")
+        return v
+
+    def seed_list(self, n: int | None = None) -> list[int]:
+        """The seeds to run: the file's list, or a plan's first `n` (default: its min)."""
+        if isinstance(self.seeds, list):
+            return list(self.seeds)
+        return self.seeds.first(self.seeds.min if n is None else n)
+
+    def all_seeds(self) -> list[int]:
+        """Every seed the sweep may run (a plan's up to its max)."""
+        if isinstance(self.seeds, list):
+            return list(self.seeds)
+        return self.seeds.first(self.seeds.max)
+
+    def parsed_aims(self) -> list[aims_mod.Aim]:
+        assert self.compare is not None
+        values = axis_values(self, self.compare.axis)
+        return aims_mod.parse(self.aims, values, self.compare.baseline)
 
     @field_validator("axes")
     @classmethod
@@ -146,7 +219,7 @@ def short_name(axis: str) -> str:
 
 
 # sweep.csv's own columns; an axis may not be called like one of them
-RESERVED = {"index", "folder", "seed", "status", "wall_s", "error", "expect"}
+RESERVED = {"index", "folder", "seed", "status", "wall_s", "error", "expect", "started", "pair"}
 
 
 def _label(v: Any) -> str:
@@ -232,12 +305,26 @@ def load_spec(path: Path) -> SweepSpec:
             raise ScenarioError(
                 f"{path}: compare.axis: {spec.compare.axis!r} is not an axis; axes: {names}"
             )
-        values = _axis_values(spec, spec.compare.axis)
+        values = axis_values(spec, spec.compare.axis)
         if spec.compare.baseline not in values:
             raise ScenarioError(
                 f"{path}: compare.baseline: {spec.compare.baseline!r} is not a value of "
                 f"{spec.compare.axis}; values: {values}"
             )
+    if spec.aims:
+        if spec.compare is None:
+            raise ScenarioError(
+                f"{path}: aims: judge a comparison; add compare: {{axis: ..., baseline: ...}}"
+            )
+        try:
+            spec.parsed_aims()
+        except aims_mod.AimError as e:
+            raise ScenarioError(f"{path}: {e}") from None
+    if isinstance(spec.seeds, SeedPlan) and not spec.aims:
+        raise ScenarioError(
+            f"{path}: seeds.until: decided needs aims: to decide; add aims:, or give the "
+            "seeds as a list"
+        )
     if spec.map is not None:
         for k in ("x", "y"):
             if getattr(spec.map, k) not in spec.axes:
@@ -245,32 +332,31 @@ def load_spec(path: Path) -> SweepSpec:
     return spec
 
 
-def _axis_values(spec: SweepSpec, axis: str) -> list[str]:
+def axis_values(spec: SweepSpec, axis: str) -> list[str]:
+    """An axis' values as the sweep file writes them (a paired axis: its labels)."""
     if axis == "seed":
-        return [str(s) for s in spec.seeds]
+        return [str(s) for s in spec.all_seeds()]
     if axis in spec.axes:
         return [_label(v) for v in spec.axes[axis]]
     return list(spec.paired[axis])
 
 
-def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
-    """Every point, resolved; a bad value is refused naming the sweep field and the point."""
+def expand(spec: SweepSpec, sweep_file: Path, seeds: list[int] | None = None) -> list[Point]:
+    """Every point, resolved, in the order they run (`ordered`); a bad value is refused naming
+    the sweep field and the point. `seeds`: the seeds to expand (default: the file's list, or
+    a seed plan's first `min`)."""
     base_path = (sweep_file.parent / spec.base).resolve()
     try:
         base = load_scenario(base_path)
     except ScenarioError as e:
         raise ScenarioError(f"{sweep_file}: base: {e}") from None
-    dims: list[list[tuple[str, str, dict[str, Any]]]] = []
-    for path, values in spec.axes.items():
-        dims.append([(path, _label(v), {path: v}) for v in values])
-    dims.append([("seed", str(s), {"seed": s}) for s in spec.seeds])
-    for name, options in spec.paired.items():
-        dims.append([(name, label, dict(o)) for label, o in options.items()])
     _refuse_new_instances(spec, base, sweep_file)
+    aims = spec.parsed_aims() if spec.aims else []
     points: list[Point] = []
     seen: dict[str, int] = {}
-    for i, combo in enumerate(itertools.product(*dims)):
-        labels = {name: label for name, label, _ in combo}
+    names = spec.axis_names()
+    for i, combo in enumerate(ordered(spec, spec.seed_list() if seeds is None else seeds)):
+        labels = {name: label for name, label, _ in sorted(combo, key=lambda c: names.index(c[0]))}
         overrides: dict[str, Any] = dict(spec.set)
         for _, _, o in combo:
             overrides.update(o)
@@ -284,6 +370,11 @@ def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
             )
         except ScenarioError as e:
             raise ScenarioError(str(e)) from None
+        if aims:
+            try:
+                aims_mod.check_paths(aims, s, f"point {i} ({where})")
+            except aims_mod.AimError as e:
+                raise ScenarioError(f"{sweep_file}: {e}") from None
         ident = identity_of(s)
         if ident in seen:
             raise ScenarioError(
@@ -294,6 +385,43 @@ def expand(spec: SweepSpec, sweep_file: Path) -> list[Point]:
         folder = f"{i:03d}-{_slug([f's{v}' if k == 'seed' else v for k, v in labels.items()])}"
         points.append(Point(i, labels, overrides, s, ident, folder))
     return points
+
+
+Dim = list[tuple[str, str, dict[str, Any]]]
+
+
+def ordered(spec: SweepSpec, seeds: list[int]) -> list[tuple[tuple[str, str, dict[str, Any]], ...]]:
+    """The points' (axis, label, overrides) combinations in the order they run.
+
+    fixed: the axes outermost, then the seed, then the paired axes (the file's order).
+    alternate (the default): the compared axis and the paired axes innermost, so the runs a
+    comparison needs (one cell, one seed) run back to back, and in reverse order on every
+    other seed (same-low, low-same, ...: a slow drift of the machine cancels in the mean).
+    With a seed plan the seed is outermost, so that seeds added later come after every
+    point run before and a stopped sweep leaves whole rounds of seeds."""
+    axes: dict[str, Dim] = {
+        path: [(path, _label(v), {path: v}) for v in values] for path, values in spec.axes.items()
+    }
+    paired: dict[str, Dim] = {
+        name: [(name, label, dict(o)) for label, o in options.items()]
+        for name, options in spec.paired.items()
+    }
+    seed_dim: Dim = [("seed", str(s), {"seed": s}) for s in seeds]
+    if spec.order == "fixed":
+        return list(itertools.product(*axes.values(), seed_dim, *paired.values()))
+    compared = spec.compare.axis if spec.compare else None
+    inner = [*([axes[compared]] if compared in axes else []), *paired.values()]
+    outer = [d for a, d in axes.items() if a != compared]
+    planned = isinstance(spec.seeds, SeedPlan)
+    out = []
+    for combo in itertools.product(*([seed_dim, *outer] if planned else [*outer, seed_dim])):
+        seed = next(int(label) for name, label, _ in combo if name == "seed")
+        position = (
+            seed - spec.seeds.from_ if isinstance(spec.seeds, SeedPlan) else seeds.index(seed)
+        )
+        turns = list(itertools.product(*inner))
+        out += [(*combo, *t) for t in (turns[::-1] if position % 2 else turns)]
+    return out
 
 
 def _refuse_new_instances(spec: SweepSpec, base: Scenario, sweep_file: Path) -> None:
@@ -383,7 +511,7 @@ def only_points(spec: SweepSpec, points: list[Point], only: tuple[str, ...]) -> 
                 f"--only {f}: the sweep has no axis {name.strip()!r}; its axes: {known}"
             )
         wanted = [v.strip() for v in values.split(",") if v.strip()]
-        have = _axis_values(spec, axis)
+        have = axis_values(spec, axis)
         for v in wanted:
             if v not in have:
                 raise ScenarioError(
@@ -426,7 +554,9 @@ def run_sweep(
 
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    (out / "sweep.yaml").write_text(
+        yaml.safe_dump(spec.model_dump(mode="json", by_alias=True), sort_keys=False)
+    )
     done_before = finished_runs(runs_dir)
     todo, left_out = split(points, done_before, only)
     not_run = {p.index for p in left_out}
@@ -542,10 +672,38 @@ def key_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def pair_column(spec: SweepSpec, outcomes: list[Outcome]) -> dict[int, str]:
+    """Point index → why its pair (the baseline's run of its cell and seed) is not a fair one
+    (aims.pair_flags), for the compared runs of a sweep that compares."""
+    if spec.compare is None:
+        return {}
+    axis, baseline = spec.compare.axis, spec.compare.baseline
+
+    def key(o: Outcome) -> tuple[tuple[str, str], ...]:
+        return tuple((k, v) for k, v in o.point.labels.items() if k != axis)
+
+    ok = [o for o in outcomes if o.status in ("ok", "skipped") and o.summary]
+    bases = {key(o): o for o in ok if o.point.labels[axis] == baseline}
+    out = {}
+    for o in ok:
+        b = bases.get(key(o))
+        if b is not None and b is not o:
+            out[o.point.index] = "; ".join(aims_mod.pair_flags(b.summary, o.summary))
+    return out
+
+
+def _started(summary: dict[str, Any]) -> str:
+    t = summary.get("started_at")
+    if not isinstance(t, (int, float)):
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
 def write_results(
     spec: SweepSpec, points: list[Point], outcomes: list[Outcome], out: Path, wall_s: float
 ) -> None:
     names = spec.axis_names()
+    flags = pair_column(spec, outcomes)
     rows = []
     for o in outcomes:
         rows.append({
@@ -553,6 +711,7 @@ def write_results(
             **{spec.column(k): o.point.labels[k] for k in names},
             "status": "ok" if o.status == "skipped" else o.status,
             "wall_s": round(o.wall_s, 2), "error": o.error or "", "expect": o.expect_column,
+            "started": _started(o.summary), "pair": flags.get(o.point.index, ""),
             **key_metrics(o.summary),
         })  # fmt: skip
     if rows:
@@ -566,7 +725,7 @@ def write_results(
         tmp.replace(out / "sweep.csv")
     doc = {
         "name": spec.name,
-        "spec": spec.model_dump(mode="json"),
+        "spec": spec.model_dump(mode="json", by_alias=True),
         "points": len(points),
         "ran": sum(1 for o in outcomes if o.status in ("ok", "failed")),
         "ok": sum(1 for o in outcomes if o.status in ("ok", "skipped")),

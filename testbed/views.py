@@ -250,3 +250,44 @@ def points_table(doc: dict[str, Any]) -> Table:
     for r in rows:
         t.add_row(*(cell(r.get(c)) for c in columns))
     return t
+
+
+def verdict_table(v: dict[str, Any]) -> Table:
+    """A sweep's aims judged (aggregate.verdicts): per cell, value and aim, each seed's paired
+    figure, the mean with its 95 % interval, and the verdict."""
+    from testbed.sweep import short_name
+
+    seeds = v.get("seeds") or []
+    until = v.get("until")
+    title = f"aims over {len(seeds)} seed{'s' if len(seeds) != 1 else ''}: paired % change, "
+    title += "mean [95 % t interval]; holds / misses: the whole interval on one side"
+    if until:
+        title += f"; seeds added until decided: stopped ({until['stopped']})"
+    t = Table(title=title)
+    axes = list(dict.fromkeys(a for j in v["judged"] for a in j["cell"]))
+    for a in axes:
+        t.add_column(short_name(a))
+    for col in ("value", "aim", "per seed", "mean [interval]", "verdict"):
+        t.add_column(col, justify="left" if col in ("value", "aim", "verdict") else "right")
+    colour = {"holds": "green", "misses": "red", "undecided": "yellow"}
+    for j in v["judged"]:
+        per = ", ".join(
+            f"{s}: {'–' if x is None else f'{x:+.1f}'}" for s, x in j["per_seed"].items()
+        )
+        if j["mean"] is None:
+            mean = "–"
+        elif j["interval"] is None:
+            mean = f"{j['mean']:+.1f}"
+        else:
+            lo, hi = j["interval"]
+            mean = f"{j['mean']:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+        flags = "".join(f"\n  seed {f['seed']}: {f['why']}" for f in j.get("flagged_pairs", []))
+        t.add_row(
+            *(j["cell"].get(a, "–") for a in axes),
+            f"{j['value']} vs {j['baseline']}",
+            j["aim"],
+            per,
+            mean,
+            f"[{colour[j['verdict']]}]{j['text']}[/]{flags}",
+        )
+    return t

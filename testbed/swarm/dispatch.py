@@ -171,7 +171,7 @@ class Dispatcher:
     def run(self) -> list[Outcome]:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         (self.out / "sweep.yaml").write_text(
-            yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False)
+            yaml.safe_dump(self.spec.model_dump(mode="json", by_alias=True), sort_keys=False)
         )
         done_before = finished_runs(self.runs_dir)
         todo, left_out = split(self.points, done_before, self.only)

@@ -201,7 +201,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                              "testbed.workloads.*"]),  # specs and node programs
     ("the scenario", ["testbed.scenario", "testbed.topology", "testbed.expect",
                       "testbed.dilation", "testbed.reference", "testbed.resolve",
-                      "testbed.budget"]),
+                      "testbed.budget", "testbed.aims"]),
     ("the network", ["testbed.shaping", "testbed.shaping.*", "testbed.runtime", "testbed.runtime.*",
                      "testbed.images", "testbed.metrics.*", "testbed.preflight"]),
     ("workloads running", ["testbed.workloads.controller", "testbed.workloads.procs",
@@ -216,7 +216,8 @@ LAYERS: list[tuple[str, list[str]]] = [
                            "testbed.runs"]),
     ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian", "testbed.ending",
                         "testbed.access", "testbed.budget_probe"]),
-    ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate", "testbed.swarm",
+    ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate", "testbed.decide",
+                 "testbed.swarm",
                  "testbed.swarm.*"]),
     ("the command", ["testbed.cli", "testbed.views"]),
 ]  # fmt: skip

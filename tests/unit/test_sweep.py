@@ -52,6 +52,48 @@ def points(tmp_path: Path, spec: dict, base: dict | None = None) -> list[sw.Poin
     return sw.expand(sw.load_spec(p), p)
 
 
+GRID = {
+    "axes": {
+        "workloads.horovod.compute_to_network_ratio": [16, 2],
+        "workloads.websearch.utilization": ["3.125%", "25%"],
+    },
+    "paired": {
+        "scheme": {
+            "same": {"workloads.horovod.tc_class": "high"},
+            "low": {"workloads.horovod.tc_class": "low"},
+        }
+    },
+    "seeds": [1, 2],
+}
+
+
+def test_fixed_order_is_the_files_product(tmp_path):
+    ps = points(tmp_path, {**GRID, "order": "fixed"})
+    assert [p.labels["scheme"] for p in ps[:4]] == ["same", "low", "same", "low"]
+    assert ps[3].folder == "003-16_3.125pct_s2_low"
+
+
+def test_alternating_order_puts_the_compared_axis_innermost_and_turns_it_each_seed(tmp_path):
+    """ABBA with the compared axis a plain axis: its runs of one cell and seed back to back."""
+    spec = {
+        "axes": {
+            "workloads.horovod.tc_class": ["high", "low"],
+            "workloads.websearch.utilization": ["3.125%", "25%"],
+        },
+        "seeds": [1, 2, 3],
+        "compare": {"axis": "workloads.horovod.tc_class", "baseline": "high"},
+    }
+    ps = points(tmp_path, spec)
+    order = [(p.labels["workloads.websearch.utilization"],
+              p.labels["seed"], p.labels["workloads.horovod.tc_class"]) for p in ps]  # fmt: skip
+    assert order[:6] == [
+        ("3.125%", "1", "high"), ("3.125%", "1", "low"),
+        ("3.125%", "2", "low"), ("3.125%", "2", "high"),
+        ("3.125%", "3", "high"), ("3.125%", "3", "low"),
+    ]  # fmt: skip
+    assert [p.index for p in ps] == list(range(12))
+
+
 def test_cartesian_product_with_seeds_inside_and_paired_innermost(tmp_path):
     ps = points(
         tmp_path,
@@ -72,14 +114,15 @@ def test_cartesian_product_with_seeds_inside_and_paired_innermost(tmp_path):
     assert len(ps) == 2 * 2 * 2 * 2
     first = ps[:4]
     assert [p.labels["seed"] for p in first] == ["1", "1", "2", "2"]
-    assert [p.labels["scheme"] for p in first] == ["same", "low", "same", "low"]
+    # alternating (the default): the second seed's pair in the other order
+    assert [p.labels["scheme"] for p in first] == ["same", "low", "low", "same"]
     h, w = ps[1].scenario.workloads.horovod, ps[1].scenario.workloads.websearch
     assert h.compute_to_network_ratio == 16 and h.compute_time is None  # the axis replaced it
     assert h.d.tc_class == "low" and w.utilization == 3.125 and w.arrival_rate is None
     assert ps[-1].scenario.seed == 2 and ps[-1].scenario.workloads.websearch.utilization == 25
     assert len({p.identity for p in ps}) == 16
     assert len({p.folder for p in ps}) == 16
-    assert ps[3].folder == "003-16_3.125pct_s2_low"
+    assert ps[3].folder == "003-16_3.125pct_s2_same"
 
 
 def test_identity_is_the_resolved_scenario(tmp_path):
@@ -391,7 +434,7 @@ def test_only_runs_part_of_a_sweep_and_its_record_keeps_every_point(tmp_path):
     ps = sw.expand(spec, p)
     second = sw.run_sweep(spec, ps, out, fake_run, QuietUI(), sw.only_points(spec, ps, ("seed=2",)))
     assert [o.status for o in second] == ["skipped"] * 2 + ["ok"] * 2 + [sw.NOT_RUN] * 2
-    assert calls == [(1, "high"), (1, "low"), (2, "high"), (2, "low")]
+    assert calls == [(1, "high"), (1, "low"), (2, "low"), (2, "high")]  # ABBA
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "report", str(out), "--json"],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr

@@ -1,0 +1,332 @@
+"""A sweep's aims: paired intervals and verdicts against hand-computed values, the pairs a
+report flags, seeds added until decided, and the refusals before anything runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import aggregate as ag
+from testbed import aims
+from testbed import sweep as sw
+from testbed.decide import run_until_decided
+from testbed.errors import ScenarioError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = {
+    "name": "b",
+    "duration": "10s",
+    "topology": {"hosts": 3, "link_rate": "100mbit"},
+    "tc_profile": "thesis-2band",
+    "workloads": {
+        "horovod": {"model_size": "1MB", "compute_time": "300ms"},
+        "websearch": {"arrival_rate": 1},
+    },
+}
+SCHEMES = {
+    "same": {"workloads.horovod.tc_class": "high"},
+    "low": {"workloads.horovod.tc_class": "low"},
+    "pias": {"workloads.horovod.tc_class": "low", "workloads.websearch.tc_class": "low"},
+}
+
+
+class QuietUI:
+    def start_point(self, *a):
+        return None
+
+    def end_point(self, *a):
+        pass
+
+
+def write(tmp_path: Path, **spec) -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE, sort_keys=False))
+    p = tmp_path / "sweep.yaml"
+    doc = {
+        "name": "s",
+        "base": "base.yaml",
+        "paired": {"scheme": SCHEMES},
+        "compare": {"axis": "scheme", "baseline": "same"},
+        **spec,
+    }
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def scheme_of(scenario) -> str:
+    w = scenario.workloads
+    if w["websearch"].tc_class == "low":
+        return "pias"
+    return "low" if w["horovod"].tc_class == "low" else "same"
+
+
+def fake(iteration: dict, small: dict | None = None, started: dict | None = None, calls=None):
+    """A run_one that writes a made-up summary: (scheme, seed) → iteration mean (s), small
+    flows' mean FCT (s), start time (epoch)."""
+
+    def run(scenario, folder, _ui):
+        key = (scheme_of(scenario), scenario.seed)
+        if calls is not None:
+            calls.append(key)
+        folder.mkdir(parents=True)
+        summary = {
+            "status": "ok", "seed": scenario.seed,
+            "workloads": {"horovod": "horovod", "websearch": "websearch"},
+            "started_at": (started or {}).get(key, 1_800_000_000.0 + 60 * scenario.seed),
+            "host_cpu": {"cores": 2, "busy": 0.5, "steal": 0.0, "backlog_drops": 0},
+            "horovod": {"iteration_time_s": {"mean": iteration[key], "p50": 1, "p99": 1}},
+            "websearch": {"fct_s": {"small": {"mean": (small or {}).get(key, 0.01)}}},
+        }  # fmt: skip
+        (folder / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+    return run
+
+
+def run(path: Path, out: Path, run_one) -> None:
+    spec = sw.load_spec(path)
+    sw.run_sweep(spec, sw.expand(spec, path), out, run_one, QuietUI())
+
+
+ITER = {("same", s): 1.0 for s in (1, 2, 3)} | {
+    ("low", 1): 1.1, ("low", 2): 1.2, ("low", 3): 1.3,
+    ("pias", 1): 1.0, ("pias", 2): 1.0, ("pias", 3): 1.0,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("aim", "verdict", "needed"),
+    [
+        # low's changes +10, +20, +30: mean 20, sd 10, t(2) = 4.303: 20 ± 24.84
+        ("horovod.iteration_time_s.mean change <= 50% (low)", "holds", None),
+        ("horovod.iteration_time_s.mean change <= -10% (low)", "misses", None),
+        # 18 points from 2 %: t(3)·10/√4 = 15.9 < 18
+        ("horovod.iteration_time_s.mean change <= 2% (low)", "undecided", 4),
+        # 5 points from 15 %: t(17)·10/√18 = 4.97 < 5, t(16)·10/√17 = 5.14
+        ("horovod.iteration_time_s.mean change in [15%, 30%] (low vs same)", "undecided", 18),
+        ("horovod.iteration_time_s.mean change in [-50%, 50%] (low)", "holds", None),
+        ("horovod.iteration_time_s.mean change in [60%, 70%] (low)", "misses", None),
+    ],
+)
+def test_interval_and_verdict_by_hand(tmp_path, aim, verdict, needed):
+    p = write(tmp_path, seeds=[1, 2, 3], aims=[aim])
+    run(p, tmp_path / "out", fake(ITER))
+    v = ag.verdicts(tmp_path / "out")
+    (j,) = v["judged"]
+    assert j["value"] == "low" and j["baseline"] == "same"
+    assert [round(x, 6) for x in j["per_seed"].values()] == [10.0, 20.0, 30.0]
+    half = 4.303 * 10 / math.sqrt(3)
+    assert j["mean"] == pytest.approx(20.0)
+    assert j["interval"] == pytest.approx([20 - half, 20 + half])
+    assert (j["verdict"], j["seeds_needed"]) == (verdict, needed)
+    assert v["decided"] is (verdict != "undecided")
+
+
+def test_an_aim_without_a_value_judges_every_compared_value(tmp_path):
+    p = write(tmp_path, seeds=[1, 2, 3], aims=["horovod.iteration_time_s.mean change <= 2%"])
+    run(p, tmp_path / "out", fake(ITER))
+    judged = ag.verdicts(tmp_path / "out")["judged"]
+    assert {j["value"]: j["verdict"] for j in judged} == {"low": "undecided", "pias": "holds"}
+    pias = next(j for j in judged if j["value"] == "pias")
+    assert pias["interval"] == [0.0, 0.0] and pias["sd"] == 0.0
+
+
+def test_a_relative_aim_is_judged_on_the_paired_difference(tmp_path):
+    """pias keeps ≥ 80 % of low's small-flow gain: per seed pias − 0.8 × low, by hand."""
+    small = {("same", s): 0.010 for s in (1, 2, 3)} | {
+        ("low", 1): 0.005, ("low", 2): 0.006, ("low", 3): 0.004,    # −50, −40, −60 %
+        ("pias", 1): 0.0055, ("pias", 2): 0.007, ("pias", 3): 0.005,  # −45, −30, −50 %
+    }  # fmt: skip
+    p = write(tmp_path, seeds=[1, 2, 3],
+              aims=["websearch.fct_s.small.mean change <= 0.8 * low (pias)"])  # fmt: skip
+    run(p, tmp_path / "out", fake(ITER, small))
+    (j,) = ag.verdicts(tmp_path / "out")["judged"]
+    xs = [-45 + 0.8 * 50, -30 + 0.8 * 40, -50 + 0.8 * 60]  # −5, +2, −2
+    assert list(j["per_seed"].values()) == pytest.approx(xs)
+    mean = sum(xs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / 2)
+    assert j["interval"] == pytest.approx([mean - 4.303 * sd / 3**0.5, mean + 4.303 * sd / 3**0.5])
+    assert j["verdict"] == "undecided"
+
+
+def test_a_pair_started_hours_apart_is_flagged_in_sweep_csv_and_the_verdict(tmp_path):
+    """Seed 2's low run forced two hours after its baseline: the csv's `pair` column names it,
+    the verdict resting on it says so, and `report` prints both."""
+    started = {("low", 2): 1_800_000_000.0 + 120 + 7200}
+    p = write(tmp_path, seeds=[1, 2, 3], aims=["horovod.iteration_time_s.mean change <= 50% (low)"])
+    out = tmp_path / "out"
+    run(p, out, fake(ITER, started=started))
+    rows = list(csv.DictReader((out / "sweep.csv").read_text().splitlines()))
+    flagged = {(r["scheme"], r["seed"]): r["pair"] for r in rows if r["pair"]}
+    assert flagged == {("low", "2"): "started 2.0 h apart"}
+    assert all(r["started"].endswith("Z") for r in rows)
+    (j,) = ag.verdicts(out)["judged"]
+    assert j["flagged_pairs"] == [{"seed": 2, "why": "low: started 2.0 h apart"}]
+    assert j["text"] == "holds (1 flagged pair)"
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "report", str(out), "--no-plots"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "COLUMNS": "250"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "holds (1 flagged pair)" in r.stdout and "started 2.0 h apart" in r.stdout
+    assert "+20.0 [-4.8, +44.8]" in r.stdout
+
+
+def test_pair_flags_by_hand():
+    a = {
+        "started_at": 0.0,
+        "host_cpu": {"busy": 0.50, "steal": 0.001},
+        "link_budget": {"load": 0.3},
+    }
+    b = {
+        "started_at": 3599.0,
+        "host_cpu": {"busy": 0.58, "steal": 0.019},
+        "link_budget": {"load": 0.39},
+    }
+    assert aims.pair_flags(a, b) == []
+    c = {
+        "started_at": 3700.0,
+        "host_cpu": {"busy": 0.70, "steal": 0.05},
+        "link_budget": {"load": 0.5},
+    }
+    assert aims.pair_flags(a, c) == [
+        "started 1.0 h apart", "steal 0% against 5%", "host CPU busy 50% against 70%",
+        "link-budget load 30% against 50%",
+    ]  # fmt: skip
+
+
+PLAN = {"from": 1, "min": 3, "max": 7, "until": "decided"}
+
+
+def test_until_decided_stops_at_min_on_a_decided_aim_and_resumes(tmp_path):
+    it = {(s, k): 1.0 if s == "same" else 1.1 for s in SCHEMES for k in range(1, 8)}
+    p = write(tmp_path, seeds=PLAN, paired={"scheme": {k: SCHEMES[k] for k in ("same", "low")}},
+              aims=["horovod.iteration_time_s.mean change >= 5% (low)"])  # fmt: skip
+    spec, out, calls = sw.load_spec(p), tmp_path / "out", []
+
+    def run_round(points):
+        return sw.run_sweep(spec, points, out, fake(it, calls=calls), QuietUI())
+
+    d = run_until_decided(spec, p, out, run_round)
+    assert (d.stopped, d.seeds) == ("decided", 3)
+    assert calls == [("same", 1), ("low", 1), ("low", 2), ("same", 2), ("same", 3), ("low", 3)]
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["verdicts"]["until"] == {"stopped": "decided", "seeds": 3}
+    calls.clear()
+    again = run_until_decided(spec, p, out, run_round)  # resumed: nothing runs again
+    assert (again.stopped, calls) == ("decided", [])
+
+
+def test_until_decided_adds_seeds_in_pairs_while_undecided_up_to_max(tmp_path):
+    """Changes of +10 / −10 % in turn never leave 0 %: seeds 4–5, then 6–7, then max."""
+    it = {("same", k): 1.0 for k in range(1, 8)} | {
+        ("low", k): 1.1 if k % 2 else 0.9 for k in range(1, 8)
+    }
+    p = write(tmp_path, seeds=PLAN, paired={"scheme": {k: SCHEMES[k] for k in ("same", "low")}},
+              aims=["horovod.iteration_time_s.mean change <= 2%"])  # fmt: skip
+    spec, out, calls, said = sw.load_spec(p), tmp_path / "out", [], []
+
+    def run_round(points):
+        return sw.run_sweep(spec, points, out, fake(it, calls=calls), QuietUI())
+
+    d = run_until_decided(spec, p, out, run_round, say=said.append)
+    assert (d.stopped, d.seeds) == ("max", 7)
+    assert [k for _, k in calls] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+    assert len(said) == 2 and "adding seeds up to 5" in said[0]
+    (j,) = json.loads((out / "sweep.json").read_text())["verdicts"]["judged"]
+    assert j["n"] == 7 and j["verdict"] == "undecided"
+
+
+def test_a_budget_stops_before_a_round_that_would_not_fit(tmp_path):
+    it = {("same", k): 1.0 for k in range(1, 8)} | {
+        ("low", k): 1.1 if k % 2 else 0.9 for k in range(1, 8)
+    }
+    p = write(tmp_path, seeds=PLAN, paired={"scheme": {k: SCHEMES[k] for k in ("same", "low")}},
+              aims=["horovod.iteration_time_s.mean change <= 2%"])  # fmt: skip
+    spec, out = sw.load_spec(p), tmp_path / "out"
+
+    def run_round(points):
+        outcomes = sw.run_sweep(spec, points, out, fake(it), QuietUI())
+        for o in outcomes:  # as if each run took 10 minutes
+            f = out / "runs" / o.point.folder / "point.json"
+            f.write_text(json.dumps({**json.loads(f.read_text()), "wall_s": 600}))
+        return outcomes
+
+    d = run_until_decided(spec, p, out, run_round, budget_s=1800)
+    assert (d.stopped, d.seeds) == ("budget", 3)  # two more seeds: 4 runs, 40 min > 30
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"aims": ["incast.qct_s.mean change <= 2%"]},
+         "aims[0]: incast.qct_s.mean: the runs of point 0"),
+        ({"aims": ["horovod.iteration_time_s.mean change <= 2% (vs gold)"]},
+         "'gold' is not a baseline of the compared axis"),
+        ({"aims": ["horovod.iteration_time_s.mean change <= 2% (gold)"]},
+         "'gold' is not a value of the compared axis"),
+        ({"aims": ["horovod.iteration_time_s.mean <= 2%"]}, "is not 'PATH change OP BOUND"),
+        ({"aims": ["horovod.iteration_time_s.mean change <= 2"]}, "a bound is a percentage"),
+        ({"aims": ["links.*.rate_bps change <= 2%"]}, "an aim judges one number"),
+        ({"aims": ["horovod.iteration_time_s.mean change in [5%, 1%]"]}, "low end must be below"),
+        ({"aims": ["horovod.iteration_time_s.mean change <= 0.8 * same (low)"]},
+         "a relative bound names another compared value"),
+        ({"seeds": {"until": "decided"}}, "seeds.until: decided needs aims"),
+        ({"seeds": {"min": 5, "max": 3, "until": "decided"},
+          "aims": ["horovod.iteration_time_s.mean change <= 2%"]}, "min (5) is above max (3)"),
+        ({"compare": None, "aims": ["horovod.iteration_time_s.mean change <= 2%"]},
+         "aims: judge a comparison"),
+    ],
+)  # fmt: skip
+def test_bad_aims_are_refused_in_one_line_before_anything_runs(tmp_path, spec, message):
+    p = write(tmp_path, **spec)
+    with pytest.raises(ScenarioError, match=None) as e:
+        sw.expand(sw.load_spec(p), p)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_the_cli_refuses_a_bad_aim_with_exit_2_and_creates_nothing(tmp_path):
+    p = write(tmp_path, aims=["incast.qct_s.mean change <= 2%"])
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "sweep", str(p), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
+    assert "aims[0]" in r.stderr and not out.exists()
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "sweep", str(write(tmp_path, seeds=[1, 2])),
+         "--budget", "6h"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 2 and "--budget: goes with seeds: {until: decided}" in r.stderr
+
+
+def test_dry_run_prints_the_cost_from_the_runs_already_finished(tmp_path):
+    p = write(tmp_path, seeds=PLAN, paired={"scheme": {k: SCHEMES[k] for k in ("same", "low")}},
+              aims=["horovod.iteration_time_s.mean change <= 2%"])  # fmt: skip
+    out = tmp_path / "out"
+    spec = sw.load_spec(p)
+    points = sw.expand(spec, p)
+    sw.run_sweep(spec, points[:2], out, fake(ITER), QuietUI())
+    for f in (out / "runs").glob("*/point.json"):
+        f.write_text(json.dumps({**json.loads(f.read_text()), "wall_s": 300}))
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "sweep", str(p), "--out", str(out), "--dry-run"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    # 6 points at min (3 seeds), 2 finished at 5 min each: 4 left, 20 min; max 7 seeds: 14
+    # runs, 12 more, 60 min
+    assert "at 5m00s a run (the mean of 2 finished" in r.stdout
+    assert "4 of 6 runs left, about 20m00s" in r.stdout
+    assert "up to max 7 seeds 12 runs more, about 1h00m" in r.stdout
