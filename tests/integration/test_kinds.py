@@ -95,34 +95,50 @@ def ensemble_run(tmp_path, ok=None, **cfg):
     ],
 )  # fmt: skip
 def test_each_pattern_runs_at_its_busiest_link(tmp_path, cfg, limit, busy, idle, blocks, shared):
-    """Preprocessing fast enough (2000 images/s) that the network binds: every model gets the
-    images its pattern's busiest link allows, and no more; only the hosts that send carry it.
+    """Preprocessing fast enough (2000 images/s) that the network binds: the models together
+    get the images their pattern's busiest links allow, no model more than its own limit, and
+    each model uses what its downlink carried; only the hosts that send carry it.
 
-    Where the models share a busiest link (the broadcasts with p < n), TCP need not split it
-    evenly over a window: a model may run a few buffered rounds ahead of the others. So the
-    bound there is on them together: the bytes their rounds brought them through the busiest
-    links fit in those links' wire rate over the window. Where each model's own downlink is
-    the busiest (all-shared, p = n), each model's rate is bounded alone."""
+    No model's own rate has a floor: its blocks come through links shared with the other
+    models' (all-shared: every sender's uplink carries a block for each of three models;
+    the broadcasts: the leaders' uplinks), and TCP need not split a shared link evenly over a
+    7 s window (a clean clone here: h3 92.1 images/s against 0.85 × 110.7, the others above
+    it, steal 0.5 %). What physics bounds from below is what the links carried together, and
+    that a model consumed what reached it."""
+    images = 8 * cfg.get("preprocessors", 4)  # a round: a block of batch 8 from each of p
+
+    def busiest_bits(s: dict) -> float:
+        """bits/s the models' rounds brought through their busiest links, together."""
+        rates = s["ensemble"]["image_rate"]["per_model"]
+        if shared:
+            return sum(
+                (rates[m] or 0.0) / images * via * BLOCK * 8 for m, (_, via) in blocks.items()
+            )
+        return sum((r or 0.0) / images * blocks[m][0] * BLOCK * 8 for m, r in rates.items())
+
+    links = shared or len(blocks)  # the busiest links (all-shared, p = n: each model's downlink)
 
     def reached(s: dict) -> bool:
-        rates = s["ensemble"]["image_rate"]["per_model"].values()
-        return min(r or 0.0 for r in rates) >= 0.85 * limit
+        return busiest_bits(s) >= 0.85 * links * LINK
 
     s = ensemble_run(tmp_path, ok=reached, preprocess_rate=2000, **cfg)
     e = s["ensemble"]
     assert s["status"] == "ok" and e["limits"]["network"] == pytest.approx(limit)
     assert e["limits"]["limit"] == pytest.approx(limit)
     assert not [w for w in s["warnings"] if "faster than configured" in w or "above its cap" in w]
-    images = 8 * cfg.get("preprocessors", 4)  # a round: a block of batch 8 from each of p
     rates = e["image_rate"]["per_model"]
-    if shared:
-        through = sum(rates[m] / images * via * BLOCK for m, (_, via) in blocks.items())
-        assert through * 8 <= shared * LINK, (rates, f"{through * 8 / 1e6:.2f} Mbit/s")
+    through = busiest_bits(s)
+    assert through <= links * LINK, (rates, f"{through / 1e6:.2f} Mbit/s")
+    rate_at_least(through, 0.85 * links * LINK, s, "the busiest links' payload together")
     for model, rate in rates.items():
         if not shared:
             assert rate <= limit, f"{model} got {rate:.1f} images/s, above {limit:.1f}"
         assert_within_its_downlink(s, model, rate, blocks[model][0] * BLOCK, images)
-        rate_at_least(rate, 0.85 * limit, s, f"{model}'s images/s")
+        # what its downlink carried reached the model: wire = payload × 1514/1448 plus the
+        # ACKs of its own sending (~2 %) and up to two rounds still buffered in 7 s
+        carried = uplink(s, model, direction="down")
+        payload = rate * blocks[model][0] * BLOCK / images * 8
+        rate_at_least(payload, 0.85 * carried, s, f"{model}'s payload of what its downlink carried")
     sending = min(uplink(s, h) for h in busy)
     for h in idle:  # ACKs only: a few % of what a sender carries
         assert uplink(s, h) < 0.1 * sending, (h, uplink(s, h), sending)
