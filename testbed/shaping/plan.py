@@ -32,7 +32,9 @@ port there by a BPF clone (shaping/uplink.py), so that the host's TCP keeps its 
 
 HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on real
 links by tests/integration/test_shaping.py and test_leafspine.py), and the guaranteed `rate`
-of each class is small, so a backlogged low class keeps only its guaranteed share.
+of each class is small, so a backlogged low class keeps only its guaranteed share (none with
+`guaranteed: 0`: then HTB's smallest rate, 1 byte/s, and the class waits while a higher one
+has packets, as pfifo_fast's bands do).
 
 Burst (and cburst, on every class) is the one knob that trades rate accuracy against
 serialization fidelity, so it is set explicitly, as a time at the link rate:
@@ -78,6 +80,9 @@ CAP = "1:1"
 class Htb:
     handle: str
     default_minor: int
+
+
+NO_FLOOR_BPS = 8  # a class with `guaranteed: 0`: HTB's smallest rate (1 byte/s), strict priority
 
 
 @dataclass(frozen=True)
@@ -306,7 +311,10 @@ def plan_interface(
         minor = 0x10 + i
         classid = f"1:{minor:x}"
         leaf = f"{minor:x}:"
-        guaranteed = max(8_000, round(rate * cls.guaranteed))
+        # HTB refuses a rate of 0: a class with no floor gets its smallest, 1 byte/s
+        guaranteed = (
+            NO_FLOOR_BPS if cls.guaranteed == 0 else max(8_000, round(rate * cls.guaranteed))
+        )
         objects.append(HtbClass(classid, CAP, guaranteed, rate, i, burst, burst, quantum))
         limit = own or link.queue_limit or cls.limit
         if shared is not None:

@@ -63,9 +63,10 @@ class TrafficClass(BaseModel):
     limit: int = Field(1000, ge=1, le=1_000_000, description="FIFO length in packets")
     guaranteed: float = Field(
         0.01,
-        gt=0,
+        ge=0,
         le=1,
-        description="share of the link this class always gets (HTB rate); the rest goes by priority",
+        description="share of the link this class always gets (HTB rate); the rest goes by "
+        "priority. 0: none, strict priority as pfifo_fast's bands (HTB's smallest rate, 8 bit/s)",
     )
 
     @property
