@@ -155,20 +155,30 @@ def aggregate(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
     }
 
 
-def verdicts(sweep_dir: Path, name: str | None = None) -> dict[str, Any]:
+def verdicts(
+    sweep_dir: Path, name: str | None = None, extra: list[str] | None = None
+) -> dict[str, Any]:
     """The sweep's aims judged cell by cell (aims.py): per cell, compared value and aim, each
     seed's paired figure, the mean, its 95 % interval and the verdict, with the seeds whose
-    pair is not a fair one (aims.pair_flags) flagged. Reads each finished run's summary."""
+    pair is not a fair one (aims.pair_flags) flagged. Reads each finished run's summary.
+    `extra`: aims to judge besides the sweep file's (`report --aim`), e.g. on a sweep that
+    ran before it had any."""
     doc = sweep_doc(sweep_dir, name)
     spec = doc["spec"]  # as the sweep wrote it (a record from before aims has none)
-    if not spec.get("aims") or not spec.get("compare"):
+    texts = [*(spec.get("aims") or []), *(extra or [])]
+    if extra and not spec.get("compare"):
+        raise ScenarioError("--aim: the sweep compares nothing (no compare: in its file)")
+    if not texts or not spec.get("compare"):
         return {"aims": [], "judged": [], "decided": True, "undecided": 0}
     axis, baseline = spec["compare"]["axis"], spec["compare"]["baseline"]
     values = (
         list(spec["paired"][axis]) if axis in spec["paired"]
         else [v if isinstance(v, str) else json.dumps(v) for v in spec["axes"][axis]]
     )  # fmt: skip
-    aims = aims_mod.parse(spec["aims"], values, baseline)
+    try:
+        aims = aims_mod.parse(texts, values, baseline)
+    except aims_mod.AimError as e:
+        raise ScenarioError(f"--aim: {e}" if extra else str(e)) from None
     axes = [a for a in [*spec["axes"], *spec["paired"]] if a != axis]
     # cell → compared value → seed → summary
     summaries: dict[tuple[tuple[str, str], ...], dict[str, dict[int, dict[str, Any]]]] = {}

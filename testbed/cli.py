@@ -361,6 +361,14 @@ def _console_logging(verbose: bool, quiet: bool = False) -> None:
     help="with --expect: write the checks as JUnit XML to this file",
 )
 @click.option(
+    "--aim",
+    "aims",
+    multiple=True,
+    metavar="AIM",
+    help="with a sweep folder: judge this aim too (as a sweep file's aims: writes it, e.g. "
+    "'horovod.iteration_time_s.mean change <= 2%% (low)'); repeat for more",
+)
+@click.option(
     "--sweep",
     "sweep_name",
     help="a sweep folder several sweeps wrote into: report the sweep of this name "
@@ -373,6 +381,7 @@ def report(
     no_plots: bool,
     expect_file: Path | None,
     junit: Path | None,
+    aims: tuple[str, ...],
     sweep_name: str | None,
 ) -> None:
     """Summarise RUN folders; with several, compare them against the first (the baseline).
@@ -390,10 +399,12 @@ def report(
         raise ScenarioError("--junit: goes with --expect FILE")
 
     if len(runs) == 1 and ag.is_sweep(runs[0]):
-        _report_sweep(runs[0], as_json, no_plots, sweep_name)
+        _report_sweep(runs[0], as_json, no_plots, sweep_name, list(aims))
         return
     if sweep_name is not None:
         raise ScenarioError("--sweep: goes with one sweep folder (one that has a sweep.json)")
+    if aims:
+        raise ScenarioError("--aim: goes with one sweep folder (one that has a sweep.json)")
     loaded = [Run(p) for p in runs]
     data: dict[str, Any] = {"runs": [rp.describe_run(r) for r in loaded]}
     if len(loaded) > 1:
@@ -417,12 +428,16 @@ def report(
         out.print(f"plot: {p}")
 
 
-def _report_sweep(path: Path, as_json: bool, no_plots: bool, name: str | None) -> None:
+def _report_sweep(
+    path: Path, as_json: bool, no_plots: bool, name: str | None, aims: list[str]
+) -> None:
     from testbed import aggregate as ag
     from testbed.sweep import sweep_doc
 
     doc = sweep_doc(path, name)
     if not doc["spec"].get("compare"):
+        if aims:
+            raise ScenarioError("--aim: the sweep compares nothing (no compare: in its file)")
         _print_points(doc, as_json)
         return
     agg = ag.aggregate(path, name)
@@ -433,7 +448,7 @@ def _report_sweep(path: Path, as_json: bool, no_plots: bool, name: str | None) -
     if not no_plots and (tradeoff := ag.plot_tradeoff(agg, plot_dir / "tradeoff.png")):
         plots.append(tradeoff)
     agg["plots"] = [str(p) for p in plots]
-    agg["verdicts"] = ag.verdicts(path, name)
+    agg["verdicts"] = ag.verdicts(path, name, aims)
     if as_json:
         click.echo(json.dumps(agg, indent=2))
         return
