@@ -25,7 +25,7 @@ from testbed.aims import t95
 from testbed.errors import ScenarioError
 from testbed.report import comparable, hooks, reported
 from testbed.runs import Run, pct_change
-from testbed.sweep import short_name, sweep_doc, sweeps_in
+from testbed.sweep import SweepSpec, cell_axes, short_name, sweep_doc, sweeps_in
 from testbed.workloads.reporting import MatchedChange
 
 
@@ -176,7 +176,8 @@ def verdicts(
         else [v if isinstance(v, str) else json.dumps(v) for v in spec["axes"][axis]]
     )  # fmt: skip
     try:
-        aims = aims_mod.parse(texts, values, baseline)
+        full = SweepSpec.model_validate({"name": doc["name"], "base": "-", **spec})
+        aims = aims_mod.parse(texts, values, baseline, cell_axes(full))
     except aims_mod.AimError as e:
         raise ScenarioError(f"--aim: {e}" if extra else str(e)) from None
     axes = [a for a in [*spec["axes"], *spec["paired"]] if a != axis]
@@ -194,6 +195,8 @@ def verdicts(
     judged = []
     for cell, by_value in summaries.items():
         for aim in aims:
+            if not aim.judges(dict(cell)):
+                continue
             base = by_value.get(aim.baseline or baseline, {})
             targets = [aim.value] if aim.value else [v for v in values if v != aim.baseline]
             changes: dict[str, dict[int, float | None]] = {}

@@ -43,7 +43,7 @@ MOST_SEEDS = 1000
 _AIM = re.compile(
     r"^\s*(?P<path>[A-Za-z0-9_.*-]+)\s+change\s+"
     r"(?:(?P<op><=|>=|<|>)\s*(?P<rhs>[^()\[\]]+?)|in\s*\[\s*(?P<lo>[^,\]]+?)\s*,\s*(?P<hi>[^\]]+?)\s*\])"
-    r"\s*(?:\(\s*(?P<value>[^()]*?)\s*\))?\s*$"
+    r"\s*(?:\(\s*(?P<value>[^()]*?)\s*\))?(?:\s*\bwhere\s+(?P<where>.+?))?\s*$"
 )
 _RELATIVE = re.compile(r"^(?P<factor>[0-9.eE+-]+)\s*\*\s*(?P<other>\S+)$")
 _EXAMPLE = "e.g. 'horovod.iteration_time_s.mean change <= 2% (low vs same)'"
@@ -67,6 +67,10 @@ class Aim:
     baseline: str | None = None  # its baseline (None: compare.baseline)
     factor: float = 0.0  # relative: figure = change − factor × change of `other`
     other: str | None = None
+    where: tuple[tuple[str, str], ...] = ()  # (axis, label): the cells it judges (): every one
+
+    def judges(self, cell: dict[str, str]) -> bool:
+        return all(cell.get(axis) == label for axis, label in self.where)
 
     def label(self) -> str:
         return self.text.strip()
@@ -88,9 +92,16 @@ def _pct(text: str, i: int) -> float:
         raise AimError(i, f"{t!r} is not a percentage, e.g. 2% or -25%") from None
 
 
-def parse(texts: Any, values: list[str], baseline: str) -> list[Aim]:
+def parse(
+    texts: Any,
+    values: list[str],
+    baseline: str,
+    cells: dict[str, tuple[str, list[str]]] | None = None,
+) -> list[Aim]:
     """The aims of a sweep, checked against its compared axis: `values` are the axis' labels,
-    `baseline` compare.baseline. Paths are checked against the scenarios in `check_paths`."""
+    `baseline` compare.baseline; `cells`: each other axis' names (its column or its path, as
+    sweep.csv and the sweep file write it) → (its path, its labels), for `where`. Paths are
+    checked against the scenarios in `check_paths`."""
     if not isinstance(texts, list):
         raise AimError(0, f"aims is a list of texts, {_EXAMPLE}")
     out = []
@@ -129,8 +140,31 @@ def parse(texts: Any, values: list[str], baseline: str) -> list[Aim]:
         else:
             b = _pct(m["rhs"], i)
             fields = {"op": m["op"], **({"high": b} if m["op"].startswith("<") else {"low": b})}
-        out.append(Aim(text, m["path"], value=value, baseline=base, **fields))
+        where = _where(m["where"], cells or {}, i) if m["where"] else ()
+        out.append(Aim(text, m["path"], value=value, baseline=base, where=where, **fields))
     return out
+
+
+def _where(
+    text: str, cells: dict[str, tuple[str, list[str]]], i: int
+) -> tuple[tuple[str, str], ...]:
+    """`where AXIS=LABEL[, AXIS=LABEL]`: the cells an aim judges (the R = 2 cell's own band)."""
+    out = []
+    for part in text.split(","):
+        name, eq, label = part.partition("=")
+        name, label = name.strip(), label.strip()
+        if not eq or not name or not label:
+            raise AimError(i, f"where {text}: write where AXIS=VALUE, e.g. where cell=r2-12.5%")
+        if name not in cells:
+            known = ", ".join(sorted({n for n in cells if "." not in n} or set(cells))) or "none"
+            raise AimError(i, f"where {name}: not an axis of the sweep's cells; they are: {known}")
+        axis, labels = cells[name]
+        if label not in labels:
+            raise AimError(
+                i, f"where {name}={label}: {label!r} is not one of its values: {', '.join(labels)}"
+            )
+        out.append((axis, label))
+    return tuple(out)
 
 
 def _named(text: str | None, values: list[str], baseline: str, i: int) -> tuple[str | None, str]:

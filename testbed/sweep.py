@@ -149,7 +149,7 @@ class SweepSpec(BaseModel):
     def parsed_aims(self) -> list[aims_mod.Aim]:
         assert self.compare is not None
         values = axis_values(self, self.compare.axis)
-        return aims_mod.parse(self.aims, values, self.compare.baseline)
+        return aims_mod.parse(self.aims, values, self.compare.baseline, cell_axes(self))
 
     @field_validator("axes")
     @classmethod
@@ -330,6 +330,17 @@ def load_spec(path: Path) -> SweepSpec:
             if getattr(spec.map, k) not in spec.axes:
                 raise ScenarioError(f"{path}: map.{k}: not one of the axes {list(spec.axes)}")
     return spec
+
+
+def cell_axes(spec: SweepSpec) -> dict[str, tuple[str, list[str]]]:
+    """The axes that make a cell (all but the compared one and the seed), by column and by
+    path → (path, labels): what an aim's `where` may name."""
+    compared = spec.compare.axis if spec.compare else None
+    out: dict[str, tuple[str, list[str]]] = {}
+    for axis in [*spec.axes, *spec.paired]:
+        if axis != compared:
+            out[axis] = out[spec.column(axis)] = (axis, axis_values(spec, axis))
+    return out
 
 
 def axis_values(spec: SweepSpec, axis: str) -> list[str]:

@@ -330,3 +330,37 @@ def test_dry_run_prints_the_cost_from_the_runs_already_finished(tmp_path):
     assert "at 5m00s a run (the mean of 2 finished" in r.stdout
     assert "4 of 6 runs left, about 20m00s" in r.stdout
     assert "up to max 7 seeds 12 runs more, about 1h00m" in r.stdout
+
+
+def test_where_judges_an_aim_in_the_cells_it_names_only(tmp_path):
+    """Each cell its own band (the thesis' R = 2 and R = 4): `where AXIS=VALUE`, the axis by
+    its column or its path."""
+    p = write(
+        tmp_path, seeds=[1, 2, 3],
+        axes={"workloads.websearch.utilization": ["5%", "10%"]},
+        paired={"scheme": {k: SCHEMES[k] for k in ("same", "low")}},
+        aims=["horovod.iteration_time_s.mean change in [15%, 25%] (low) where utilization=5%",
+              "horovod.iteration_time_s.mean change <= 50% (low) "
+              "where workloads.websearch.utilization=10%"],
+    )  # fmt: skip
+    run(p, tmp_path / "out", fake(ITER))
+    judged = ag.verdicts(tmp_path / "out")["judged"]
+    got = {(j["cell"]["workloads.websearch.utilization"], j["aim"].split("=")[-1]) for j in judged}
+    assert got == {("5%", "5%"), ("10%", "10%")}
+    assert len(judged) == 2
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("where cell=r2", "where cell: not an axis of the sweep's cells; they are: utilization"),
+        ("where utilization=7%", "'7%' is not one of its values: 5%, 10%"),
+        ("where utilization", "write where AXIS=VALUE"),
+    ],
+)
+def test_a_where_naming_no_cell_is_refused(tmp_path, where, message):
+    p = write(tmp_path, axes={"workloads.websearch.utilization": ["5%", "10%"]},
+              aims=[f"horovod.iteration_time_s.mean change <= 2% (low) {where}"])  # fmt: skip
+    with pytest.raises(ScenarioError) as e:
+        sw.load_spec(p)
+    assert message in str(e.value)

@@ -1,0 +1,223 @@
+"""TCP timers for every socket that the processes in one cgroup open: the delayed-ACK maximum,
+the minimum RTO and the initial (SYN and SYN-ACK) RTO, set by a BPF_PROG_TYPE_SOCK_OPS
+program attached to a cgroup v2 directory (BPF_CGROUP_SOCK_OPS). Whoever opens the socket
+(Gloo, Horovod, a web server, in any network namespace), it gets the values: the kernel runs
+the program for each TCP socket whose creator was in the cgroup (a passive socket counts as
+its listener's), so the workloads need no change. Linux 6.18 offers no other way to set the
+initial RTO; the minimum RTO has the per-namespace sysctl net.ipv4.tcp_rto_min_us as well.
+
+The program, 9 to 26 raw instructions loaded as bpf.py does (which says why by hand):
+
+- op BPF_SOCK_OPS_TIMEOUT_INIT (1): reply = the initial RTO, in jiffies (tcp_timeout_init()
+  compares it with TCP_TIMEOUT_INIT = 1 * HZ); asked for a SYN (tcp_connect_init), a SYN-ACK
+  (inet_reqsk_alloc: the listener's cgroup) and the SYN retry limit (tcp_timer.c);
+- ops TCP_CONNECT_CB (3), ACTIVE_ESTABLISHED_CB (4), PASSIVE_ESTABLISHED_CB (5) and
+  TCP_LISTEN_CB (11), where the socket is full and locked: bpf_setsockopt(SOL_TCP,
+  TCP_BPF_DELACK_MAX / TCP_BPF_RTO_MIN, microseconds). The listener's values pass to the
+  sockets it accepts, so the first RTT sample of an accepted socket uses them too.
+
+The kernel rounds microseconds up to jiffies and refuses (-EINVAL, which the program cannot
+report) a value outside [2 jiffies, HZ/5 = 200 ms]: `jiffies()` checks that before loading.
+The delayed ACK is also kept below the minimum RTO less one jiffy (tcp_delack_max()).
+A socket opened before its process joined the cgroup keeps the kernel's defaults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import gzip
+import os
+import platform
+import struct
+from pathlib import Path
+
+from testbed.shaping.bpf import BpfError, bpf, insn
+
+BPF_PROG_LOAD, BPF_PROG_ATTACH, BPF_PROG_DETACH = 5, 8, 9
+BPF_PROG_TYPE_SOCK_OPS = 13
+BPF_CGROUP_SOCK_OPS = 3
+BPF_F_ALLOW_MULTI = 2
+SOL_TCP = 6
+TCP_BPF_DELACK_MAX, TCP_BPF_RTO_MIN = 1003, 1004
+FUNC_SETSOCKOPT = 49
+OP_TIMEOUT_INIT = 1
+OPS_FULL_SOCKET = (3, 4, 5, 11)  # connect, active/passive established, listen
+REPLY_OFFSET = 4  # struct bpf_sock_ops: __u32 op; union { args[4]; reply; ... }
+
+
+def kernel_hz() -> int:
+    """CONFIG_HZ of the running kernel (jiffies per second), from its configuration."""
+    for path in (Path("/proc/config.gz"), Path(f"/boot/config-{platform.release()}")):
+        try:
+            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        except OSError:
+            continue
+        for line in raw.decode(errors="replace").splitlines():
+            if line.startswith("CONFIG_HZ="):
+                return int(line.split("=", 1)[1])
+    raise RuntimeError("CONFIG_HZ not found in /proc/config.gz or /boot/config-*")
+
+
+def jiffies(us: int, hz: int, *, limit_us: int | None = 200_000) -> int:
+    """`us` microseconds in jiffies, rounded up as the kernel's usecs_to_jiffies(): for a
+    timer option 2 jiffies (TCP_TIMEOUT_MIN) to `limit_us` (TCP_DELACK_MAX = TCP_RTO_MIN =
+    HZ/5); with limit_us None (the initial RTO) 1 jiffy to TCP_RTO_MAX (120 s)."""
+    j = -(-us * hz // 1_000_000)
+    low, top = (1, 120 * hz) if limit_us is None else (2, limit_us * hz // 1_000_000)
+    if not low <= j <= top:
+        raise ValueError(f"{us} us is {j} jiffies at HZ={hz}: the kernel takes {low} to {top}")
+    return j
+
+
+def program(
+    delack_max_us: int | None, rto_min_us: int | None, rto_init_jiffies: int | None
+) -> bytes:
+    """The sock_ops program; a value left None keeps the kernel's default."""
+    sets: list[bytes] = []
+    for opt, val in ((TCP_BPF_DELACK_MAX, delack_max_us), (TCP_BPF_RTO_MIN, rto_min_us)):
+        if val is not None:
+            sets += [
+                insn(0x62, dst=10, off=-4, imm=val),  # *(u32 *)(r10 - 4) = val
+                insn(0xBF, dst=1, src=6),  # r1 = ctx
+                insn(0xB7, dst=2, imm=SOL_TCP),  # r2 = SOL_TCP
+                insn(0xB7, dst=3, imm=opt),  # r3 = optname
+                insn(0xBF, dst=4, src=10),  # r4 = r10
+                insn(0x07, dst=4, imm=-4),  # r4 += -4
+                insn(0xB7, dst=5, imm=4),  # r5 = sizeof(int)
+                insn(0x85, imm=FUNC_SETSOCKOPT),  # bpf_setsockopt(...), result ignored
+            ]
+    init: list[bytes] = []
+    if rto_init_jiffies is not None:
+        init = [
+            insn(0xB7, dst=1, imm=rto_init_jiffies),  # r1 = jiffies
+            insn(0x63, dst=6, src=1, off=REPLY_OFFSET),  # ctx->reply = r1
+        ]
+    head = 2 + 1 + len(OPS_FULL_SOCKET) + 1
+    at_set = head
+    at_init = at_set + len(sets) + 1
+    at_out = at_init + len(init)
+    code = [
+        insn(0xBF, dst=6, src=1),  # r6 = ctx
+        insn(0x61, dst=2, src=1, off=0),  # r2 = ctx->op
+        insn(0x15, dst=2, imm=OP_TIMEOUT_INIT, off=at_init - 3),  # if op == 1 goto init
+    ]
+    for op in OPS_FULL_SOCKET:
+        code.append(insn(0x15, dst=2, imm=op, off=at_set - len(code) - 1))  # goto set
+    code.append(insn(0x05, off=at_out - len(code) - 1))  # goto out
+    code += sets
+    code.append(insn(0x05, off=at_out - len(code) - 1))  # goto out
+    code += init
+    code += [insn(0xB7, dst=0, imm=1), insn(0x95)]  # out: return 1 (allow)
+    return b"".join(code)
+
+
+def load(insns: bytes, name: str = "tb_tcp_timers") -> int:
+    """A sock_ops program's fd; the verifier's log in the error when the kernel refuses it."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    lic = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(65536)
+    attr = struct.pack(
+        "<IIQQIIQII16s",
+        BPF_PROG_TYPE_SOCK_OPS,
+        len(insns) // 8,
+        ctypes.addressof(code),
+        ctypes.addressof(lic),
+        1,  # log_level
+        len(log),
+        ctypes.addressof(log),
+        0,
+        0,
+        name.encode()[:15],
+    ).ljust(128, b"\0")
+    try:
+        return bpf(BPF_PROG_LOAD, attr)
+    except BpfError as e:
+        raise BpfError(e.errno, f"{e.strerror}: {log.value.decode(errors='replace')}") from None
+
+
+def _attach_cmd(cmd: int, cgroup: Path, prog_fd: int) -> None:
+    cg = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags = BPF_F_ALLOW_MULTI if cmd == BPF_PROG_ATTACH else 0
+        attr = struct.pack("<IIIII", cg, prog_fd, BPF_CGROUP_SOCK_OPS, flags, 0)
+        bpf(cmd, attr.ljust(32, b"\0"))
+    finally:
+        os.close(cg)
+
+
+def cgroup2_root() -> Path:
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or .../unified when hybrid)."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == "cgroup2":
+            return Path(fields[1])
+    raise RuntimeError("no cgroup2 hierarchy is mounted")
+
+
+def join(cgroup: Path, pid: int = 0) -> None:
+    """Move process `pid` (0: the caller, as in a subprocess preexec_fn) into `cgroup`."""
+    (cgroup / "cgroup.procs").write_text(str(pid))
+
+
+class TcpTimers:
+    """A cgroup whose processes' TCP sockets get the given timers. `open()` creates the
+    directory when missing, loads and attaches the program; `close()` detaches it and, if
+    `open()` created the directory, moves what is left in it to the parent and removes it.
+    Microseconds for all three; rto_init_us is rounded up to whole jiffies (kernel_hz())."""
+
+    def __init__(
+        self,
+        cgroup: Path,
+        *,
+        delack_max_us: int | None = None,
+        rto_min_us: int | None = None,
+        rto_init_us: int | None = None,
+    ) -> None:
+        self.cgroup = Path(cgroup)
+        self.hz = kernel_hz()
+        for us in (delack_max_us, rto_min_us):
+            if us is not None:
+                jiffies(us, self.hz)
+        self.rto_init_jiffies = (
+            None if rto_init_us is None else jiffies(rto_init_us, self.hz, limit_us=None)
+        )
+        self.insns = program(delack_max_us, rto_min_us, self.rto_init_jiffies)
+        self._fd: int | None = None
+        self._created = False
+
+    def open(self) -> TcpTimers:
+        if not self.cgroup.is_dir():
+            self.cgroup.mkdir()
+            self._created = True
+        try:
+            self._fd = load(self.insns)
+            _attach_cmd(BPF_PROG_ATTACH, self.cgroup, self._fd)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                _attach_cmd(BPF_PROG_DETACH, self.cgroup, self._fd)
+            except BpfError as e:  # gone with the cgroup already, or never attached
+                if e.errno not in (errno.ENOENT, errno.EBADF):
+                    raise
+            finally:
+                os.close(self._fd)
+                self._fd = None
+        if self._created and self.cgroup.is_dir():
+            for pid in (self.cgroup / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):  # exited meanwhile
+                    join(self.cgroup.parent, int(pid))
+            self.cgroup.rmdir()
+            self._created = False
+
+    def __enter__(self) -> TcpTimers:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
