@@ -421,7 +421,8 @@ def ordered(spec: SweepSpec, seeds: list[int]) -> list[tuple[tuple[str, str, dic
     if spec.order == "fixed":
         return list(itertools.product(*axes.values(), seed_dim, *paired.values()))
     compared = spec.compare.axis if spec.compare else None
-    inner = [*([axes[compared]] if compared in axes else []), *paired.values()]
+    inner = [d for a, d in paired.items() if a != compared]  # the compared axis innermost
+    inner += [axes[compared]] if compared in axes else [paired[compared]] if compared else []
     outer = [d for a, d in axes.items() if a != compared]
     planned = isinstance(spec.seeds, SeedPlan)
     out = []

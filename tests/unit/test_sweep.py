@@ -94,6 +94,23 @@ def test_alternating_order_puts_the_compared_axis_innermost_and_turns_it_each_se
     assert [p.index for p in ps] == list(range(12))
 
 
+def test_the_compared_axis_runs_innermost_whatever_its_place_in_the_file(tmp_path):
+    spec = {
+        "paired": {
+            "scheme": {"same": {"workloads.horovod.tc_class": "high"},
+                       "low": {"workloads.horovod.tc_class": "low"}},
+            "cell": {"a": {"duration": "10s"}, "b": {"duration": "11s"}},
+        },
+        "seeds": [1, 2],
+        "compare": {"axis": "scheme", "baseline": "same"},
+    }  # fmt: skip
+    ps = points(tmp_path, spec)
+    assert [(p.labels["seed"], p.labels["cell"], p.labels["scheme"]) for p in ps] == [
+        ("1", "a", "same"), ("1", "a", "low"), ("1", "b", "same"), ("1", "b", "low"),
+        ("2", "b", "low"), ("2", "b", "same"), ("2", "a", "low"), ("2", "a", "same"),
+    ]  # fmt: skip
+
+
 def test_cartesian_product_with_seeds_inside_and_paired_innermost(tmp_path):
     ps = points(
         tmp_path,
