@@ -6,7 +6,7 @@ the program for each TCP socket whose creator was in the cgroup (a passive socke
 its listener's), so the workloads need no change. Linux 6.18 offers no other way to set the
 initial RTO; the minimum RTO has the per-namespace sysctl net.ipv4.tcp_rto_min_us as well.
 
-The program, 9 to 26 raw instructions loaded as bpf.py does (which says why by hand):
+The program, 11 to 29 raw instructions loaded as bpf.py does (which says why by hand):
 
 - op BPF_SOCK_OPS_TIMEOUT_INIT (1): reply = the initial RTO, in jiffies (tcp_timeout_init()
   compares it with TCP_TIMEOUT_INIT = 1 * HZ); asked for a SYN (tcp_connect_init), a SYN-ACK
