@@ -192,6 +192,8 @@ def verdicts(
         except (OSError, ValueError):
             continue
         summaries.setdefault(cell, {}).setdefault(lb[axis], {})[int(lb["seed"])] = summary
+    for lb in labels(doc):  # every cell of the sweep, run or not: an aim there is undecided
+        summaries.setdefault(tuple((a, lb[a]) for a in axes), {})
     judged = []
     for cell, by_value in summaries.items():
         for aim in aims:
@@ -212,8 +214,6 @@ def verdicts(
                     if why := aims_mod.pair_flags(b, o):
                         flags.setdefault(v, {})[seed] = [f"{v}: {w}" for w in why]
             for v in targets:
-                if v not in changes:
-                    continue
                 seed_flags = dict(flags.get(v, {}))
                 if aim.other:  # the other value's pairs carry the figure too
                     for seed, why in flags.get(aim.other, {}).items():

@@ -364,3 +364,23 @@ def test_a_where_naming_no_cell_is_refused(tmp_path, where, message):
     with pytest.raises(ScenarioError) as e:
         sw.load_spec(p)
     assert message in str(e.value)
+
+
+def test_a_cell_without_runs_leaves_its_aims_undecided(tmp_path):
+    """--only ran one cell: the other's aim is undecided (no seed), so the sweep is not."""
+    p = write(
+        tmp_path, seeds=[1, 2, 3],
+        axes={"workloads.websearch.utilization": ["5%", "10%"]},
+        paired={"scheme": {k: SCHEMES[k] for k in ("same", "low")}},
+        aims=["horovod.iteration_time_s.mean change <= 50% (low)"],
+    )  # fmt: skip
+    spec = sw.load_spec(p)
+    ps = sw.expand(spec, p)
+    kept = sw.only_points(spec, ps, ("utilization=5%",))
+    sw.run_sweep(spec, ps, tmp_path / "out", fake(ITER), QuietUI(), kept)
+    v = ag.verdicts(tmp_path / "out")
+    got = {
+        j["cell"]["workloads.websearch.utilization"]: (j["verdict"], j["n"]) for j in v["judged"]
+    }
+    assert got == {"5%": ("holds", 3), "10%": ("undecided", 0)}
+    assert v["decided"] is False
