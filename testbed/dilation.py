@@ -57,6 +57,7 @@ def wall_overrides(s: Scenario) -> dict[str, Any]:
         "topology.delay": t.delay * k,
         "topology.jitter": t.jitter * k,
         **({"topology.tcp_rto_min": t.tcp_rto_min * k} if t.tcp_rto_min else {}),
+        **({"topology.tcp_rto_initial": t.tcp_rto_initial * k} if t.tcp_rto_initial else {}),
     }
     if t.fabric_rate is not None:
         out["topology.fabric_rate"] = round(t.fabric_rate / k)

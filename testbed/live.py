@@ -24,6 +24,7 @@ from testbed.scenario import Scenario
 from testbed.shaping.apply import apply_plans
 from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
 from testbed.shaping.shared_limit import Counters
+from testbed.shaping.sockops import NamespaceTimers, netns_cookie
 from testbed.shaping.stats import over_cap
 from testbed.state import RunState
 from testbed.stopping import StopFlag, checkpoint
@@ -115,6 +116,7 @@ class LiveRun:
         self.metrics: MetricsSession | None = None
         self.plans: list[InterfacePlan] = []
         self.shared_counters: Counters | None = None  # the shared limits' (shape)
+        self.timers: NamespaceTimers | None = None  # topology.tcp_rto_initial's (build)
         self.workloads: list[Workload] = []
         self.active: list[Workload] = []  # checked and ticked: launched, not yet collected
         self.m = Measured()
@@ -174,7 +176,19 @@ class LiveRun:
             for h in self.topo.hosts
         ]
         self.state.save()  # for `testbed status` and `testbed exec`
+        self._tcp_timers()
         self.stop.check()
+
+    def _tcp_timers(self) -> None:
+        """topology.tcp_rto_initial for every host's sockets, before any workload opens one:
+        a sock_ops program for the hosts' namespaces (shaping/sockops.py). Nothing to record:
+        its BPF link goes with this process's file descriptors, however the run ends."""
+        us = self.topo.tcp_rto_initial_us
+        if us is None:
+            return
+        self.timers = NamespaceTimers(rto_init_us=us).open()
+        for h in self.topo.hosts:
+            self.timers.add(netns_cookie(self.rt.netlink(h.netns)))
 
     def shape(self, netem: bool) -> None:
         """Every link direction's queueing, recorded before it exists."""
@@ -307,6 +321,7 @@ class LiveRun:
             "topology": self.topo.kind,
             "tcp_congestion": preflight.tcp_congestion(s),
             "tcp_rto_min_s": preflight.tcp_rto_min(s),
+            "tcp_rto_initial_s": s.topology.tcp_rto_initial,
             "tcp_rcvbuf_bytes": s.topology.tcp_rcvbuf,  # None: the machine's autotuning
             "tcp_sndbuf_bytes": s.topology.tcp_sndbuf,  # None: the machine's autotuning
             "tcp_segment_bytes": s.topology.tcp_segment,  # None: the MTU's
@@ -358,6 +373,9 @@ class LiveRun:
             if self.shared_counters is not None:  # a run that ended before its final read
                 self.shared_counters.close()
                 self.shared_counters = None
+            if self.timers is not None:
+                self.timers.close()
+                self.timers = None
             self.rt.close()
 
     # the waiting phases

@@ -169,6 +169,7 @@ def prepare(s: Scenario, out: Path | None, run_id: str | None) -> tuple[Scenario
     preflight.check_workloads(s)
     preflight.tcp_congestion(s)
     preflight.tcp_rto_min(s)
+    preflight.tcp_rto_initial(s)
     preflight.tcp_recovery(s)
     if run_id is not None and not valid_run_id(run_id):
         raise ScenarioError(f"--run-id: {run_id!r} must be 6 lowercase hex digits, e.g. 3fa9c1")

@@ -73,6 +73,26 @@ def tcp_rto_min(s: Scenario) -> float:
     return s.topology.tcp_rto_min
 
 
+def tcp_rto_initial(s: Scenario) -> float | None:
+    """The initial RTO the hosts' sockets will have, in seconds of this machine's clock (None:
+    the kernel's 1 s), once a trial of the sock_ops program (shaping/sockops.py: a map, the
+    program, a BPF link on the cgroup v2 root) has loaded and attached here."""
+    init = s.topology.tcp_rto_initial
+    if init is None:
+        return None
+    from testbed.shaping.sockops import NamespaceTimers
+
+    try:
+        NamespaceTimers(rto_init_us=round(init * 1e6)).open().close()
+    except (OSError, RuntimeError, ValueError) as e:
+        raise EnvironmentProblem(
+            f"topology.tcp_rto_initial: this machine cannot set it ({e}); it needs cgroup v2 "
+            "mounted and a kernel with BPF sock_ops programs and BPF links (Linux ≥ 5.15); "
+            "leave tcp_rto_initial out to keep the kernel's 1 s"
+        ) from None
+    return init
+
+
 def tcp_recovery(s: Scenario) -> None:
     """topology.tcp_recovery: classic and tcp_idle_restart: false set per-namespace sysctls
     (Linux 4.15 or later has them all); write_sysctl passes over absent ones, so say it here."""

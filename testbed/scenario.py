@@ -186,6 +186,15 @@ class Topology(BaseModel):
         "(net.ipv4.tcp_rto_min_us, Linux ≥ 6.11); unset: the kernel's 200 ms of real time, "
         "which time_scale K makes 200/K ms of scenario time; ns-3's default is 1s",
     )
+    tcp_rto_initial: Duration | None = Field(
+        None,
+        gt=0,
+        le=120,
+        description="TCP's initial retransmission timeout (a SYN's and a SYN-ACK's) in every "
+        "host, in scenario time, set by a sock_ops BPF program for the hosts' network "
+        "namespaces (cgroup v2); unset: the kernel's 1 s of real time, which time_scale K "
+        "makes 1/K s of scenario time (the thesis' simulator set 2 × its worst-case RTT)",
+    )
     tcp_rcvbuf: Size | None = Field(
         None,
         ge=4096,

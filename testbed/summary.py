@@ -109,6 +109,7 @@ class Summary(TypedDict, total=False):
     topology: str
     tcp_congestion: str
     tcp_rto_min_s: Seconds | None
+    tcp_rto_initial_s: Seconds | None  # None: the kernel's 1 s of real time
     tcp_rcvbuf_bytes: Bytes | None  # None: the machine's autotuning
     tcp_sndbuf_bytes: Bytes | None
     tcp_segment_bytes: Bytes | None  # None: the MTU's

@@ -239,6 +239,7 @@ LATER_FIELDS: dict[tuple[str, ...], Any] = {
     ("tc_profile", "host_limit"): None,
     ("topology", "tcp_recovery"): "linux",
     ("topology", "tcp_idle_restart"): True,
+    ("topology", "tcp_rto_initial"): None,
 }
 # the same, in every workload instance
 LATER_INSTANCE_FIELDS: dict[tuple[str, ...], Any] = {

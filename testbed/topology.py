@@ -195,6 +195,7 @@ class TopologyPlan:
     hosts_per_switch: int
     tcp_congestion: str | None = None  # set in every host; None: the machine's default
     tcp_rto_min_us: int | None = None  # set in every host; None: the kernel's (200 ms)
+    tcp_rto_initial_us: int | None = None  # every host's sockets (sock_ops); None: 1 s
     tcp_rcvbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
     tcp_sndbuf: int | None = None  # bytes, fixed in every host; None: the machine's autotuning
     tcp_advmss: int | None = None  # the MSS every host advertises on its data routes; None: MTU's
@@ -525,6 +526,7 @@ def build_plan(s: Scenario, run_id: str) -> TopologyPlan:
         mtu=s.topology.mtu,
         fast=s.topology.link_mode == "fast",
         tcp_rto_min_us=round(rto * 1e6) if rto is not None else None,
+        tcp_rto_initial_us=round(init * 1e6) if (init := s.topology.tcp_rto_initial) else None,
         tcp_rcvbuf=s.topology.tcp_rcvbuf,
         tcp_sndbuf=s.topology.tcp_sndbuf,
         tcp_advmss=seg + TCP_TIMESTAMP_OPTION if (seg := s.topology.tcp_segment) else None,

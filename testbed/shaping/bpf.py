@@ -33,9 +33,10 @@ def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> b
     return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
 
-def bpf(cmd: int, attr: bytes) -> int:
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    fd = _libc.syscall(SYS_BPF, cmd, buf, len(attr))
+def bpf(cmd: int, attr: bytes | ctypes.Array[ctypes.c_char]) -> int:
+    """The bpf() syscall; `attr` as bytes, or a buffer the kernel's answer is written into."""
+    buf = attr if isinstance(attr, ctypes.Array) else ctypes.create_string_buffer(attr, len(attr))
+    fd = _libc.syscall(SYS_BPF, cmd, buf, len(buf))
     if fd < 0:
         err = ctypes.get_errno()
         raise BpfError(err, os.strerror(err))

@@ -77,6 +77,11 @@ def test_a_minimum_rto_in_scenario_time_is_k_times_longer_on_the_machine():
 
     assert build_plan(wall_scenario(s), "abcdef").tcp_rto_min_us == 100_000_000
     assert build_plan(load_scenario_data(THESIS, "t.yaml"), "abcdef").tcp_rto_min_us is None
+    # the initial RTO likewise: the thesis' 43.5 ms (2 × its worst-case RTT) at K = 100
+    topo = {**THESIS["topology"], "tcp_rto_initial": "43.5ms"}
+    s = load_scenario_data({**THESIS, "topology": topo}, "t.yaml")
+    assert build_plan(wall_scenario(s), "abcdef").tcp_rto_initial_us == 4_350_000
+    assert build_plan(load_scenario_data(THESIS, "t.yaml"), "abcdef").tcp_rto_initial_us is None
 
 
 def test_a_receive_buffer_is_bytes_and_is_not_dilated():
@@ -114,6 +119,13 @@ def test_time_scale_one_changes_nothing():
                 "topology": {"hosts": 8, "link_rate": "10gbit", "tcp_rto_min": "1s"},
             },
             "topology.tcp_rto_min: must be ≤ 120",
+        ),
+        (
+            {
+                "time_scale": 200,
+                "topology": {"hosts": 8, "link_rate": "10gbit", "tcp_rto_initial": "1s"},
+            },
+            "topology.tcp_rto_initial: must be ≤ 120",
         ),
     ],
 )

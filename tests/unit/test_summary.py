@@ -24,6 +24,7 @@ BY_HAND = {
     "time_scale": "1",
     "drain_s": "wall",
     "tcp_rto_min_s": "s",
+    "tcp_rto_initial_s": "s",
     "tcp_rcvbuf_bytes": "B",
     "tcp_sndbuf_bytes": "B",
     "tcp_segment_bytes": "B",

@@ -335,7 +335,7 @@ def test_report_of_a_sweep_that_compares_nothing_lists_its_points(tmp_path):
 
 
 def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
-    """topology.link_mode, tcp_recovery and tcp_idle_restart and the tc profile's shared_limit
+    """topology.link_mode, tcp_recovery, tcp_idle_restart, tcp_rto_initial and the tc profile's shared_limit
     and host_limit came after sweeps had run: at their defaults (what every run did before), a
     point's identity is the hash of the scenario without them, as it was then."""
     import hashlib
@@ -347,6 +347,7 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
     del data["topology"]["link_mode"]
     assert data["topology"].pop("tcp_recovery") == "linux"
     assert data["topology"].pop("tcp_idle_restart") is True
+    assert data["topology"].pop("tcp_rto_initial") is None
     assert data["tc_profile"].pop("shared_limit") is None
     assert data["tc_profile"].pop("host_limit") is None
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -356,6 +357,7 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
     assert sw.identity_of(with_overrides(s, {"tc_profile": "thesis-ns3"})) != before
     assert sw.identity_of(with_overrides(s, {"topology.tcp_recovery": "classic"})) != before
     assert sw.identity_of(with_overrides(s, {"topology.tcp_idle_restart": False})) != before
+    assert sw.identity_of(with_overrides(s, {"topology.tcp_rto_initial": "1s"})) != before
 
 
 def test_a_training_policy_at_its_default_keeps_finished_points_finished():
@@ -368,7 +370,7 @@ def test_a_training_policy_at_its_default_keeps_finished_points_finished():
     data = s.model_dump(mode="json")
     for k in ("name", "description"):
         data.pop(k, None)
-    for k in ("link_mode", "tcp_recovery", "tcp_idle_restart"):
+    for k in ("link_mode", "tcp_recovery", "tcp_idle_restart", "tcp_rto_initial"):
         del data["topology"][k]
     del data["tc_profile"]["shared_limit"], data["tc_profile"]["host_limit"]
     assert data["workloads"]["horovod"].pop("policy") == {"kind": "static"}
