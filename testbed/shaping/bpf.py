@@ -43,14 +43,15 @@ def bpf(cmd: int, attr: bytes | ctypes.Array[ctypes.c_char]) -> int:
     return int(fd)
 
 
-def load_program(insns: bytes, name: str) -> int:
-    """A tc classifier program; its verifier log in the error when the kernel refuses it."""
+def load_program(insns: bytes, name: str, prog_type: int = BPF_PROG_TYPE_SCHED_CLS) -> int:
+    """A program (a tc classifier unless `prog_type` says otherwise); its verifier log in the
+    error when the kernel refuses it."""
     code = ctypes.create_string_buffer(insns, len(insns))
     lic = ctypes.create_string_buffer(b"GPL")
     log = ctypes.create_string_buffer(65536)
     attr = struct.pack(
         "<IIQQIIQII16s",
-        BPF_PROG_TYPE_SCHED_CLS,
+        prog_type,
         len(insns) // 8,
         ctypes.addressof(code),
         ctypes.addressof(lic),

@@ -42,10 +42,10 @@ import socket
 import struct
 from pathlib import Path
 
-from testbed.shaping.bpf import BpfError, bpf, insn
+from testbed.shaping.bpf import BpfError, bpf, insn, load_program
 
 BPF_MAP_CREATE, BPF_MAP_UPDATE_ELEM = 0, 2
-BPF_PROG_LOAD, BPF_PROG_ATTACH, BPF_PROG_DETACH, BPF_PROG_QUERY, BPF_LINK_CREATE = 5, 8, 9, 16, 28
+BPF_PROG_ATTACH, BPF_PROG_DETACH, BPF_PROG_QUERY, BPF_LINK_CREATE = 8, 9, 16, 28
 BPF_MAP_TYPE_HASH = 1
 BPF_PSEUDO_MAP_FD = 1
 FUNC_MAP_LOOKUP_ELEM, FUNC_GET_NETNS_COOKIE = 1, 122
@@ -152,26 +152,7 @@ def _only_in(map_fd: int, skip: int) -> list[bytes]:
 
 def load(insns: bytes, name: str = "tb_tcp_timers") -> int:
     """A sock_ops program's fd; the verifier's log in the error when the kernel refuses it."""
-    code = ctypes.create_string_buffer(insns, len(insns))
-    lic = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(65536)
-    attr = struct.pack(
-        "<IIQQIIQII16s",
-        BPF_PROG_TYPE_SOCK_OPS,
-        len(insns) // 8,
-        ctypes.addressof(code),
-        ctypes.addressof(lic),
-        1,  # log_level
-        len(log),
-        ctypes.addressof(log),
-        0,
-        0,
-        name.encode()[:15],
-    ).ljust(128, b"\0")
-    try:
-        return bpf(BPF_PROG_LOAD, attr)
-    except BpfError as e:
-        raise BpfError(e.errno, f"{e.strerror}: {log.value.decode(errors='replace')}") from None
+    return load_program(insns, name, BPF_PROG_TYPE_SOCK_OPS)
 
 
 def _attach_cmd(cmd: int, cgroup: Path, prog_fd: int) -> None:

@@ -19,6 +19,7 @@ from testbed import aims
 from testbed import sweep as sw
 from testbed.decide import run_until_decided
 from testbed.errors import ScenarioError
+from tests.unit.test_sweep import QuietUI
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,14 +38,6 @@ SCHEMES = {
     "low": {"workloads.horovod.tc_class": "low"},
     "pias": {"workloads.horovod.tc_class": "low", "workloads.websearch.tc_class": "low"},
 }
-
-
-class QuietUI:
-    def start_point(self, *a):
-        return None
-
-    def end_point(self, *a):
-        pass
 
 
 def write(tmp_path: Path, **spec) -> Path:

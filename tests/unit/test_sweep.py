@@ -112,22 +112,7 @@ def test_the_compared_axis_runs_innermost_whatever_its_place_in_the_file(tmp_pat
 
 
 def test_cartesian_product_with_seeds_inside_and_paired_innermost(tmp_path):
-    ps = points(
-        tmp_path,
-        {
-            "axes": {
-                "workloads.horovod.compute_to_network_ratio": [16, 2],
-                "workloads.websearch.utilization": ["3.125%", "25%"],
-            },
-            "paired": {
-                "scheme": {
-                    "same": {"workloads.horovod.tc_class": "high"},
-                    "low": {"workloads.horovod.tc_class": "low"},
-                }
-            },
-            "seeds": [1, 2],
-        },
-    )
+    ps = points(tmp_path, GRID)
     assert len(ps) == 2 * 2 * 2 * 2
     first = ps[:4]
     assert [p.labels["seed"] for p in first] == ["1", "1", "2", "2"]
