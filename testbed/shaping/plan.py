@@ -33,8 +33,8 @@ port there by a BPF clone (shaping/uplink.py), so that the host's TCP keeps its 
 HTB `prio` between sibling classes is strict priority for the excess bandwidth (checked on real
 links by tests/integration/test_shaping.py and test_leafspine.py), and the guaranteed `rate`
 of each class is small, so a backlogged low class keeps only its guaranteed share (none with
-`guaranteed: 0`: then HTB's smallest rate, 1 byte/s, and the class waits while a higher one
-has packets, as pfifo_fast's bands do).
+`guaranteed: 0`: then 8 kbit/s, the plan's smallest rate, and the class waits while a higher
+one has packets, as pfifo_fast's bands do, but for 0.008 % of a 100 Mbit/s link).
 
 Burst (and cburst, on every class) is the one knob that trades rate accuracy against
 serialization fidelity, so it is set explicitly, as a time at the link rate:
@@ -82,7 +82,10 @@ class Htb:
     default_minor: int
 
 
-NO_FLOOR_BPS = 8  # a class with `guaranteed: 0`: HTB's smallest rate (1 byte/s), strict priority
+# a class with `guaranteed: 0`: the smallest rate the plan gives any class, 1000 bytes/s (HTB
+# refuses 0, and at 1 byte/s the burst's time overflows the kernel's 32-bit tick count): 0.008 %
+# of a 100 Mbit/s link, where the default floor is 1 %
+NO_FLOOR_BPS = 8_000
 
 
 @dataclass(frozen=True)
@@ -311,10 +314,8 @@ def plan_interface(
         minor = 0x10 + i
         classid = f"1:{minor:x}"
         leaf = f"{minor:x}:"
-        # HTB refuses a rate of 0: a class with no floor gets its smallest, 1 byte/s
-        guaranteed = (
-            NO_FLOOR_BPS if cls.guaranteed == 0 else max(8_000, round(rate * cls.guaranteed))
-        )
+        share = round(rate * cls.guaranteed)  # guaranteed: 0 gets NO_FLOOR_BPS, the least
+        guaranteed = max(NO_FLOOR_BPS, share)
         objects.append(HtbClass(classid, CAP, guaranteed, rate, i, burst, burst, quantum))
         limit = own or link.queue_limit or cls.limit
         if shared is not None:

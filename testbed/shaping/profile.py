@@ -66,7 +66,8 @@ class TrafficClass(BaseModel):
         ge=0,
         le=1,
         description="share of the link this class always gets (HTB rate); the rest goes by "
-        "priority. 0: none, strict priority as pfifo_fast's bands (HTB's smallest rate, 8 bit/s)",
+        "priority. 0: none, strict priority as pfifo_fast's bands (but for 8 kbit/s, the least "
+        "rate the plan gives a class)",
     )
 
     @property

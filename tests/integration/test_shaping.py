@@ -162,7 +162,7 @@ def test_strict_priority_keeps_the_link_for_the_high_class(tmp_path, mode):
 @pytest.mark.parametrize(
     ("profile", "mode"),
     [("thesis-3band", "exact"), ("thesis-3band-shared", "exact"), ("thesis-ns3", "exact"),
-     ("thesis-ns3", "exact-gso")],
+     ("thesis-ns3", "exact-gso"), ("thesis-ns3-strict", "exact")],
 )  # fmt: skip
 def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, profile, mode):
     """h1 sends a backlogged Reno flow in the high class and one in the low class to h2,
@@ -179,7 +179,8 @@ def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, p
     share nothing, so the high band drops at 100 there and the port never holds more than the
     two busy bands' 200; h2's downlink, a switch's port, shares 1000. The same in
     link_mode exact-gso, whose hosts' ports are queued in the switch (shaping/uplink.py) and
-    whose downlinks count out at the hosts' eth0, which has no clsact of its own there."""
+    whose downlinks count out at the hosts' eth0, which has no clsact of its own there. And
+    thesis-ns3-strict, whose bands have no floor (guaranteed: 0), applied to the kernel."""
     rate = 50_000_000
     s = run_scenario(
         tmp_path,
@@ -199,7 +200,7 @@ def test_a_shared_limit_drops_what_the_bands_hold_together_beyond_it(tmp_path, p
     if profile == "thesis-3band":
         assert up["shared_limit_drops"] is None
         assert classes["high"]["drops"] > 0, classes
-    elif profile == "thesis-ns3":
+    elif profile.startswith("thesis-ns3"):  # -strict: the same ports, bands without a floor
         assert up["shared_limit_drops"] is None and classes["high"]["drops"] > 0, up
         assert q["max_packets"] <= 200, q
         assert link(s, "h2", "down")["shared_limit_drops"] is not None

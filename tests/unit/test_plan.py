@@ -120,9 +120,9 @@ def test_a_hosts_own_port_keeps_its_own_limit_per_class_where_switch_ports_share
     assert p.shared_limit == 1000 and p.far == (SharedLimitOut("tb-abcdef-sw/p1"),)
     assert of(p, Fifo) == [Fifo(f"{m}:", f"1:{m}", 1064) for m in (10, 11, 12)]
     assert [c.rate_bps for c in of(p, HtbClass)[1:]] == [10**6] * 3  # testbed's 1 % floor
-    # pfifo_fast's bands have no floor: thesis-ns3-strict, HTB's smallest rate (1 byte/s)
+    # pfifo_fast's bands have no floor: thesis-ns3-strict, the plan's smallest rate (8 kbit/s)
     strict = plan_interface(down, LinkSpec(10**8), profile("thesis-ns3-strict"), False)
-    assert [c.rate_bps for c in of(strict, HtbClass)[1:]] == [8, 8, 8]
+    assert [c.rate_bps for c in of(strict, HtbClass)[1:]] == [8_000, 8_000, 8_000]
     assert of(strict, Fifo) == of(p, Fifo) and strict.shared_limit == p.shared_limit
     fabric = LinkEnd("leaf1-spine1", "up", "tb-abcdef-leaf1", "s1", 9, tier="fabric",
                      far_netns="tb-abcdef-spine1", far_ifname="l1", far_index=4)  # fmt: skip
