@@ -396,7 +396,70 @@ def expand(spec: SweepSpec, sweep_file: Path, seeds: list[int] | None = None) ->
         seen[ident] = i
         folder = f"{i:03d}-{_slug([f's{v}' if k == 'seed' else v for k, v in labels.items()])}"
         points.append(Point(i, labels, overrides, s, ident, folder))
+    if aims:
+        like_with_like(spec, aims, points, sweep_file)
     return points
+
+
+def tenants(s: Scenario) -> dict[str, Any]:
+    """The tenants' treatment in a scenario: every workload instance that is not a training
+    job (an instance whose kind takes a `policy`), as its fields resolve, by dotted path."""
+    out: dict[str, Any] = {}
+
+    def flat(prefix: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                flat(f"{prefix}.{k}", x)
+        else:
+            out[prefix] = v
+
+    for name, w in s.workloads.items():
+        if "policy" not in type(w).model_fields:
+            flat(f"workloads.{name}", w.model_dump(mode="json"))
+    return out
+
+
+def like_with_like(
+    spec: SweepSpec, aims: list[aims_mod.Aim], points: list[Point], sweep_file: Path
+) -> None:
+    """An aim compares runs whose tenants are treated alike: a compared value that changes
+    the tenants (web search's band, its demotion, its ACKs) against its baseline would credit
+    the job's policy with what the tenants' own treatment did. Refused in one line, naming
+    the field, unless the aim names a baseline (a control) with the same tenant treatment.
+    Without a training job in the sweep there is no policy to credit, and nothing to check."""
+    assert spec.compare is not None
+    if not any(
+        "policy" in type(w).model_fields for p in points for w in p.scenario.workloads.values()
+    ):
+        return
+    axis = spec.compare.axis
+    by_cell: dict[tuple[tuple[str, str], ...], dict[str, Scenario]] = {}
+    for p in points:
+        cell = tuple((k, v) for k, v in p.labels.items() if k != axis)
+        by_cell.setdefault(cell, {})[p.labels[axis]] = p.scenario
+    for i, aim in enumerate(aims):
+        base = aim.baseline or spec.compare.baseline
+        for cell, runs in by_cell.items():
+            if base not in runs or not aim.judges(dict(cell)):
+                continue
+            wanted = [aim.value] if aim.value else [v for v in runs if v != base]
+            for value in [*wanted, *([aim.other] if aim.other else [])]:
+                if value not in runs:
+                    continue
+                mine, theirs = tenants(runs[value]), tenants(runs[base])
+                differ = sorted(  # a field the user set before the values derived from it
+                    (k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)),
+                    key=lambda k: (".derived." in k, k),
+                )
+                if differ:
+                    f = differ[0]
+                    raise ScenarioError(
+                        f"{sweep_file}: aims[{i}]: {value!r} treats the tenants otherwise than "
+                        f"{base!r} ({f}: {mine.get(f)!r} against {theirs.get(f)!r}), so the "
+                        f"change would not be the job's; add a control value with {value}'s "
+                        f"tenant treatment and the job static, and judge against it: "
+                        f"'({value} vs CONTROL)'"
+                    )
 
 
 Dim = list[tuple[str, str, dict[str, Any]]]

@@ -36,7 +36,7 @@ BASE = {
 SCHEMES = {
     "same": {"workloads.horovod.tc_class": "high"},
     "low": {"workloads.horovod.tc_class": "low"},
-    "pias": {"workloads.horovod.tc_class": "low", "workloads.websearch.tc_class": "low"},
+    "nobar": {"workloads.horovod.tc_class": "low", "workloads.horovod.barrier": False},
 }
 
 
@@ -55,10 +55,10 @@ def write(tmp_path: Path, **spec) -> Path:
 
 
 def scheme_of(scenario) -> str:
-    w = scenario.workloads
-    if w["websearch"].tc_class == "low":
-        return "pias"
-    return "low" if w["horovod"].tc_class == "low" else "same"
+    h = scenario.workloads["horovod"]
+    if not h.barrier:
+        return "nobar"
+    return "low" if h.tc_class == "low" else "same"
 
 
 def fake(iteration: dict, small: dict | None = None, started: dict | None = None, calls=None):
@@ -91,7 +91,7 @@ def run(path: Path, out: Path, run_one) -> None:
 
 ITER = {("same", s): 1.0 for s in (1, 2, 3)} | {
     ("low", 1): 1.1, ("low", 2): 1.2, ("low", 3): 1.3,
-    ("pias", 1): 1.0, ("pias", 2): 1.0, ("pias", 3): 1.0,
+    ("nobar", 1): 1.0, ("nobar", 2): 1.0, ("nobar", 3): 1.0,
 }  # fmt: skip
 
 
@@ -127,19 +127,19 @@ def test_an_aim_without_a_value_judges_every_compared_value(tmp_path):
     p = write(tmp_path, seeds=[1, 2, 3], aims=["horovod.iteration_time_s.mean change <= 2%"])
     run(p, tmp_path / "out", fake(ITER))
     judged = ag.verdicts(tmp_path / "out")["judged"]
-    assert {j["value"]: j["verdict"] for j in judged} == {"low": "undecided", "pias": "holds"}
-    pias = next(j for j in judged if j["value"] == "pias")
-    assert pias["interval"] == [0.0, 0.0] and pias["sd"] == 0.0
+    assert {j["value"]: j["verdict"] for j in judged} == {"low": "undecided", "nobar": "holds"}
+    nobar = next(j for j in judged if j["value"] == "nobar")
+    assert nobar["interval"] == [0.0, 0.0] and nobar["sd"] == 0.0
 
 
 def test_a_relative_aim_is_judged_on_the_paired_difference(tmp_path):
-    """pias keeps ≥ 80 % of low's small-flow gain: per seed pias − 0.8 × low, by hand."""
+    """nobar keeps ≥ 80 % of low's small-flow gain: per seed nobar − 0.8 × low, by hand."""
     small = {("same", s): 0.010 for s in (1, 2, 3)} | {
         ("low", 1): 0.005, ("low", 2): 0.006, ("low", 3): 0.004,    # −50, −40, −60 %
-        ("pias", 1): 0.0055, ("pias", 2): 0.007, ("pias", 3): 0.005,  # −45, −30, −50 %
+        ("nobar", 1): 0.0055, ("nobar", 2): 0.007, ("nobar", 3): 0.005,  # −45, −30, −50 %
     }  # fmt: skip
     p = write(tmp_path, seeds=[1, 2, 3],
-              aims=["websearch.fct_s.small.mean change <= 0.8 * low (pias)"])  # fmt: skip
+              aims=["websearch.fct_s.small.mean change <= 0.8 * low (nobar)"])  # fmt: skip
     run(p, tmp_path / "out", fake(ITER, small))
     (j,) = ag.verdicts(tmp_path / "out")["judged"]
     xs = [-45 + 0.8 * 50, -30 + 0.8 * 40, -50 + 0.8 * 60]  # −5, +2, −2
@@ -377,3 +377,39 @@ def test_a_cell_without_runs_leaves_its_aims_undecided(tmp_path):
     }
     assert got == {"5%": ("holds", 3), "10%": ("undecided", 0)}
     assert v["decided"] is False
+
+
+PIAS = {
+    "same": SCHEMES["same"],
+    "low": SCHEMES["low"],
+    # the tenants' own treatment changed (web search in the low band, as PIAS demotes it)
+    "pias": {"workloads.horovod.tc_class": "low", "workloads.websearch.tc_class": "low"},
+    # its control: the same tenant treatment, the job static
+    "pias-control": {"workloads.horovod.tc_class": "high", "workloads.websearch.tc_class": "low"},
+}
+
+
+@pytest.mark.parametrize(
+    "aim",
+    [
+        "websearch.fct_s.small.mean change <= -25% (pias)",
+        "websearch.fct_s.small.mean change <= -25%",  # every value: pias among them
+        "websearch.fct_s.small.mean change <= 0.8 * pias (low)",  # pias' gain against same
+    ],
+)
+def test_an_aim_across_a_change_of_the_tenants_treatment_is_refused(tmp_path, aim):
+    """pias credited with what moving web search did: one line naming the field and the fix."""
+    p = write(tmp_path, paired={"scheme": PIAS}, aims=[aim])
+    with pytest.raises(ScenarioError) as e:
+        sw.expand(sw.load_spec(p), p)
+    msg = str(e.value)
+    assert "aims[0]: 'pias' treats the tenants otherwise than 'same'" in msg, msg
+    assert "workloads.websearch.tc_class: 'low' against None" in msg  # None: the default
+    assert "add a control value" in msg and "\n" not in msg
+
+
+def test_an_aim_against_its_control_is_like_with_like(tmp_path):
+    p = write(tmp_path, paired={"scheme": PIAS},
+              aims=["websearch.fct_s.small.mean change <= -25% (pias vs pias-control)",
+                    "horovod.iteration_time_s.mean change <= 2% (low)"])  # fmt: skip
+    assert len(sw.expand(sw.load_spec(p), p)) == 4
