@@ -227,7 +227,14 @@ def verdicts(
         "judged": judged,
         "decided": bool(judged) and undecided == 0,
         "undecided": undecided,
-        "seeds": sorted({int(lb["seed"]) for lb in labels(doc)}),
+        # the seeds with a finished run (a seed plan's round may hold some not run yet)
+        "seeds": sorted(
+            {
+                int(lb["seed"])
+                for row, lb in zip(doc["results"], labels(doc), strict=True)
+                if row["status"] == "ok"
+            }
+        ),
     }
 
 

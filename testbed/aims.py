@@ -344,7 +344,10 @@ def figures(
 # A pair's two runs should have met the same machine: started within the hour (a slow drift
 # of the machine, documented on the results pages, then cancels), at host CPU, steal and
 # link-budget figures alike. Beyond these, the pair is flagged, and so is a verdict on it.
-PAIR_LIMITS = {"apart_s": 3600.0, "steal": 0.02, "busy": 0.10, "load": 0.10}
+# Host CPU is partly the schemes' own: the thesis' R = 2 cell ran 77-80 % busy in "same" and
+# 63-65 % in "low", back to back on a quiet machine (2026-12-07: "same"'s ring timed out 2.6
+# times as often), so only a larger gap says the machine was another.
+PAIR_LIMITS = {"apart_s": 3600.0, "steal": 0.02, "busy": 0.25, "load": 0.10}
 
 
 def pair_flags(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
