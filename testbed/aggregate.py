@@ -25,7 +25,7 @@ from testbed.aims import t95
 from testbed.errors import ScenarioError
 from testbed.report import comparable, hooks, reported
 from testbed.runs import Run, pct_change
-from testbed.sweep import SweepSpec, cell_axes, short_name, sweep_doc, sweeps_in
+from testbed.sweep import SweepSpec, axis_values, cell_axes, short_name, sweep_doc, sweeps_in
 from testbed.workloads.reporting import MatchedChange
 
 
@@ -171,12 +171,9 @@ def verdicts(
     if not texts or not spec.get("compare"):
         return {"aims": [], "judged": [], "decided": True, "undecided": 0}
     axis, baseline = spec["compare"]["axis"], spec["compare"]["baseline"]
-    values = (
-        list(spec["paired"][axis]) if axis in spec["paired"]
-        else [v if isinstance(v, str) else json.dumps(v) for v in spec["axes"][axis]]
-    )  # fmt: skip
+    full = SweepSpec.model_validate({"name": doc["name"], "base": "-", **spec})
+    values = axis_values(full, axis)
     try:
-        full = SweepSpec.model_validate({"name": doc["name"], "base": "-", **spec})
         aims = aims_mod.parse(texts, values, baseline, cell_axes(full))
     except aims_mod.AimError as e:
         raise ScenarioError(f"--aim: {e}" if extra else str(e)) from None

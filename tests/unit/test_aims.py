@@ -19,20 +19,10 @@ from testbed import aims
 from testbed import sweep as sw
 from testbed.decide import run_until_decided
 from testbed.errors import ScenarioError
-from tests.unit.test_sweep import QuietUI
+from tests.unit.test_sweep import BASE, QuietUI
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BASE = {
-    "name": "b",
-    "duration": "10s",
-    "topology": {"hosts": 3, "link_rate": "100mbit"},
-    "tc_profile": "thesis-2band",
-    "workloads": {
-        "horovod": {"model_size": "1MB", "compute_time": "300ms"},
-        "websearch": {"arrival_rate": 1},
-    },
-}
 SCHEMES = {
     "same": {"workloads.horovod.tc_class": "high"},
     "low": {"workloads.horovod.tc_class": "low"},
