@@ -15,11 +15,24 @@ with what the machine was measured to carry (budget_probe.py, once per boot and 
   once (8 hosts in a ring).
 
 Both in wire bits per second of this machine's clock: the scenario's rates over time_scale.
-Where demand exceeds the budget the run warns, naming the time_scale that fits (K times the
-larger ratio, rounded up), and `link_budget` in the summary says so for `expect:`;
-`time_scale: auto` runs at that K (1 when it fits in real time). The budget is a measurement
-of a loaded path (two shapers, a bridge, TCP at both ends), so it is a guide, not a proof: the
-physics checks of each run still judge what happened.
+
+And the CPU (issue 74): those bulk flows batch their packets, every core busy, at about 3.5 ns
+of CPU a wire byte on the 2-core development VM; a dilated run's workloads send at a tenth of
+a link's rate, packet by packet, each waking its process: a thesis cell at ×100 cost 32–35
+ns a byte (R = 2 and R = 4, both schemes, 2026-12-07). At ×50 the link budget said 27 would
+fit, yet the R = 4 run asked 1.2 of the machine's cores, ran 83 % busy, its iterations 47 %
+longer and 1 % of its flows over 70 ms late. So each workload kind with a `probe` is measured
+too (budget_probe.kind_cost: the kind alone on 8 hosts at 100 Mbit/s, CPU seconds per wire
+byte), and the scenario's demand on the CPU is each instance's mean payload rate (its kind's
+`work`, over TCP's framing) times its kind's cost: CPU seconds per scenario second. At K it
+keeps the machine `cpu_busy` = (that / K + RUN_CORES) / cores; the load is that over
+CPU_TARGET.
+
+Where either load exceeds 1 the run warns before it starts, naming the time_scale that fits
+(K times the larger load, rounded up), and `link_budget` in the summary says so for
+`expect:`; `time_scale: auto` runs at that K (1 when it fits in real time). The budget is a
+measurement of loaded paths, so it is a guide, not a proof: the physics checks of each run
+still judge what happened.
 """
 
 from __future__ import annotations
@@ -28,10 +41,11 @@ import contextlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testbed.paths import ack_efficiency
 from testbed.resolve import with_overrides
 from testbed.state import STATE_DIR
 from testbed.units import format_rate
@@ -45,7 +59,18 @@ BUDGET_CACHE = STATE_DIR / ".link-budget"  # no .json: all_states() reads those
 # seconds: the 2-core development VM's exact-mode budget was 1.83 Gbit/s in one flow and 3.61
 # in eight (2026-11-27), the H100 machine's 2.33 and 10.7
 SURE_BPS = 1e9
-PROBE_VERSION = 2  # a testbed that measures differently measures again (2: receive steering)
+# ... and below this much, its workloads' processes: at the 32–43 ns a wire byte that web
+# search and training cost the 2-core VM, 100 Mbit/s at line rate on every host is 0.2 cores
+SURE_CPU_BPS = 1e8
+PROBE_VERSION = 3  # a testbed that measures differently measures again (3: the kinds' CPU)
+# The busiest a run's predicted CPU may keep the machine. Thesis cells at ×100 held every
+# physics and flow-start check at 0.60–0.80 predicted (R = 4 and R = 2 "low" 0.60–0.65,
+# R = 2 "same" 0.77–0.80); at ×50 R = 4 asked 1.2 and broke. The probes predicted the cells
+# 4–15 % under what they cost, so 0.7 keeps the cells that held at ×100 and names ×83 for R = 4.
+CPU_TARGET = 0.7
+# What a run costs whatever its K: the orchestrator's half-second counter polls and
+# Prometheus' scrapes, 0.03–0.05 cores each during the thesis cells (2026-12-07, per process)
+RUN_CORES = 0.08
 
 
 @dataclass(frozen=True)
@@ -57,6 +82,8 @@ class Budget:
     all_flows_bps: float  # eight flows at once
     flows: int = 8
     probe_rate_bps: int = 0  # the links' rate in the probe: a budget that reached it is a floor
+    cores: int = 0  # the machine's CPUs
+    kind_costs: dict[str, float] = field(default_factory=dict)  # CPU s per wire byte, per kind
 
 
 @dataclass(frozen=True)
@@ -78,21 +105,51 @@ def demand(s: Scenario, held: bool = False) -> Demand:
     return Demand(rate, n * rate, n)
 
 
+def cpu_demand(s: Scenario, b: Budget) -> dict[str, float]:
+    """CPU seconds per second of scenario time each workload instance costs this machine:
+    its mean wire bytes per second (its kind's `work` over TCP's framing) times its kind's
+    cost a byte. A kind without a probe (linkcheck: bulk flows, the link probe's own) is the
+    link side's alone, and one not measured yet is left out."""
+    framing = ack_efficiency(s.topology.mtu, s.topology.tcp_segment)
+    out = {}
+    for name, w in s.workloads.items():
+        kind = kinds.get(w.kind)
+        cost = b.kind_costs.get(w.kind)
+        if kind.work is not None and cost is not None:
+            out[name] = kind.work(w, s) / framing / 8 * cost
+    return out
+
+
+def probed_kinds(s: Scenario) -> list[str]:
+    """The scenario's kinds that have a CPU-cost probe."""
+    return sorted({w.kind for w in s.workloads.values() if kinds.get(w.kind).probe is not None})
+
+
 def needs_measuring(s: Scenario, held: bool = False) -> bool:
     """Whether a run of `s` must know the budget: it asks more than SURE_BPS of the machine,
-    or it asks for the budget itself (time_scale: auto, an expect: on link_budget)."""
+    or its probed kinds more than SURE_CPU_BPS, or it asks for the budget itself (time_scale:
+    auto, an expect: on link_budget)."""
     if s.time_scale == "auto" or any(c.strip().startswith("link_budget") for c in s.expect):
         return True
-    return demand(s, held).all_flows_bps > SURE_BPS
+    asked = demand(s, held).all_flows_bps
+    return asked > SURE_BPS or (asked > SURE_CPU_BPS and bool(probed_kinds(s)))
 
 
 def assess(s: Scenario, budget: Budget, held: bool = False) -> dict[str, Any]:
     """The summary's `link_budget` (scenario units: the budget times K, what the machine can
-    carry of this scenario at its time_scale), with `load` the larger demand/budget ratio
-    and `fitting_time_scale` the K at which the scenario fits."""
+    carry of this scenario at its time_scale): `link_load` the larger demand/budget ratio,
+    `cpu_busy` the share of the machine's CPUs the workloads are predicted to keep busy at
+    this K (`cpu_s_per_s`, CPU seconds per scenario second, over K, and the run's own
+    RUN_CORES, over the cores), `cpu_load` that
+    over CPU_TARGET, `load` the larger of the two and `fitting_time_scale` the K at which both
+    fit."""
     d = demand(s, held)
     k = float(s.time_scale)
-    load = max(d.one_flow_bps / budget.one_flow_bps, d.all_flows_bps / budget.all_flows_bps)
+    link_load = max(d.one_flow_bps / budget.one_flow_bps, d.all_flows_bps / budget.all_flows_bps)
+    per = cpu_demand(s, budget)
+    cores = budget.cores or os.cpu_count() or 1
+    busy = (sum(per.values()) / k + RUN_CORES) / cores
+    load = max(link_load, busy / CPU_TARGET)
     return {
         "mode": budget.mode,
         "one_flow_bps": round(budget.one_flow_bps * k),
@@ -100,8 +157,16 @@ def assess(s: Scenario, budget: Budget, held: bool = False) -> dict[str, Any]:
         "demand_one_flow_bps": round(d.one_flow_bps * k),
         "demand_all_flows_bps": round(d.all_flows_bps * k),
         "hosts": d.hosts,
+        "link_load": round(link_load, 3),
+        "cores": cores,
+        "cpu_s_per_s": round(sum(per.values()), 2),
+        "cpu_by_workload": {n: round(v, 2) for n, v in per.items()},
+        "cpu_busy": round(busy, 3),
+        "cpu_load": round(busy / CPU_TARGET, 3),
         "load": round(load, 3),
-        "fitting_time_scale": fitting_time_scale(k, load),
+        "fitting_time_scale": max(
+            fitting_time_scale(k, link_load), cpu_time_scale(sum(per.values()), cores)
+        ),
     }
 
 
@@ -110,6 +175,13 @@ def fitting_time_scale(k: float, load: float) -> float:
     time). Below K when the scenario fits with room: a thesis cell at K = 100 with a load of
     0.22 would fit at 23, in a quarter of the time."""
     return float(max(1, math.ceil(k * load - 1e-9)))
+
+
+def cpu_time_scale(cpu_s_per_s: float, cores: int) -> float:
+    """The smallest whole K at which the workloads' CPU seconds per scenario second, and the
+    run's own RUN_CORES, keep the machine at most CPU_TARGET busy."""
+    room = CPU_TARGET * cores - RUN_CORES
+    return float(max(1, math.ceil(cpu_s_per_s / room - 1e-9)))
 
 
 def with_fitting_scale(s: Scenario, b: Budget, held: bool = False) -> Scenario:
@@ -121,9 +193,12 @@ def with_fitting_scale(s: Scenario, b: Budget, held: bool = False) -> Scenario:
 
 
 def warning(s: Scenario, section: dict[str, Any]) -> str | None:
-    """One line when the scenario asks more of the machine than it carries."""
+    """One line when the scenario asks more of the machine than it carries: its links, or
+    its workloads' processes."""
     if section["load"] <= 1:
         return None
+    if section["cpu_load"] > section["link_load"]:
+        return _cpu_warning(s, section)
     k = float(s.time_scale)
     one = section["demand_one_flow_bps"] / section["one_flow_bps"]
     every = section["demand_all_flows_bps"] / section["all_flows_bps"]
@@ -144,6 +219,17 @@ def warning(s: Scenario, section: dict[str, Any]) -> str | None:
         f"(load {section['load']:.2f}): its links would carry less than their rate and its "
         f"queues would not fill as a switch's do; time_scale: {section['fitting_time_scale']:g} "
         f"fits (time_scale: auto picks it){fast} (docs/time-dilation.md#the-link-budget)"
+    )
+
+
+def _cpu_warning(s: Scenario, section: dict[str, Any]) -> str:
+    costs = ", ".join(f"{n} {v:g}" for n, v in section["cpu_by_workload"].items())
+    return (
+        f"link budget: this scenario's workloads would keep this machine's {section['cores']} "
+        f"CPUs {section['cpu_busy']:.0%} busy at time_scale {float(s.time_scale):g} (CPU "
+        f"seconds per scenario second: {costs}; over {CPU_TARGET:.0%} flows start late and "
+        f"iterations stretch); time_scale: {section['fitting_time_scale']:g} fits (time_scale: "
+        "auto picks it) (docs/time-dilation.md#the-link-budget)"
     )
 
 

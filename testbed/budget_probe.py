@@ -1,25 +1,75 @@
 """Measure the machine's link budget (budget.py) with testbed's own runs: linkcheck bulk
 flows through links shaped at a rate no machine here reaches, so that the machine, not the
 shaper, is what holds them. One flow h1 → h2, then eight at once (8 hosts in a ring), 2 s of
-measured window each, in the link mode asked for; about 10 s per mode, once per boot."""
+measured window each, in the link mode asked for; about 10 s per mode, once per boot.
+
+And each workload kind's CPU cost (kind_cost), the first time a scenario with that kind asks:
+the kind alone (its `probe` entry) on 8 hosts whose links run at 100 Mbit/s of this machine's
+clock, the rate of a thesis cell's links at ×100, where packets come one by one as in every
+dilated run; the machine's busy CPU seconds over the measured window per wire byte its hosts'
+uplinks carried. About 10 s a kind, kept with the link budget until the next boot."""
 
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from testbed import budget
 from testbed.budget import Budget
 from testbed.orchestrator import run
 from testbed.resolve import load_scenario_data
 from testbed.scenario import Scenario
+from testbed.workloads import kinds
 
 log = logging.getLogger(__name__)
 
 PROBE_RATE = 100_000_000_000  # 100 Gbit/s per direction: above what any machine here carries
 FLOWS = 8
+KIND_HOSTS = 8
+KIND_LINK = "100mbit"  # wall rate, as a thesis cell's 10 Gbit/s at ×100
+
+
+def _uplinks_bps(summary: dict[str, Any]) -> float:
+    """Wire bits/s the hosts' uplinks carried together over the measured window."""
+    return sum(
+        c["rate_bps"] or 0
+        for x in summary["links"]
+        if x["direction"] == "up" and x["tier"] == "host"
+        for c in x["classes"].values()
+    )
+
+
+def _run(data: dict[str, Any], what: str) -> dict[str, Any]:
+    s = load_scenario_data(data, what)
+    with tempfile.TemporaryDirectory(prefix="tb-budget-") as d:
+        return run(s, out=Path(d) / "run").summary
+
+
+def kind_cost(kind: str, mode: str) -> float:
+    """CPU seconds a wire byte of `kind` costs this machine in `mode` (module docstring)."""
+    data = {
+        "name": f"cpu-cost-{kind}",
+        "duration": "6s",
+        "measure": {"warmup": "1s", "cooldown": "0s", "drain": "0.5s"},
+        "metrics": {"prometheus": "off"},
+        "topology": {"hosts": KIND_HOSTS, "link_rate": KIND_LINK, "link_mode": mode},
+        "tc_profile": "fifo",
+        "workloads": {kind: kinds.get(kind).probe()},  # type: ignore[misc]
+    }
+    summary = _run(data, f"the {kind} CPU-cost probe")
+    wire = _uplinks_bps(summary)
+    if summary["status"] != "ok" or wire <= 0:
+        raise RuntimeError(
+            f"the {kind} CPU-cost probe carried nothing ({summary['status']}: "
+            f"{summary.get('error')})"
+        )
+    cpu = summary["host_cpu"]
+    return float(cpu["busy"] * cpu["cores"] * 8 / wire)
 
 
 def _carried(hosts: int, mode: str) -> float:
@@ -34,21 +84,13 @@ def _carried(hosts: int, mode: str) -> float:
         "workloads": {"linkcheck": {"pattern": "single" if hosts == 2 else "ring",
                                     "short": False}},
     }  # fmt: skip
-    s = load_scenario_data(data, "the link-budget probe")
-    with tempfile.TemporaryDirectory(prefix="tb-budget-") as d:
-        summary = run(s, out=Path(d) / "run").summary
-    return sum(
-        c["rate_bps"] or 0
-        for x in summary["links"]
-        if x["direction"] == "up" and x["tier"] == "host"
-        for c in x["classes"].values()
-    )
+    return _uplinks_bps(_run(data, "the link-budget probe"))
 
 
 def measure(mode: str) -> Budget:
     one = _carried(2, mode)
     many = _carried(FLOWS, mode)
-    return Budget(mode, one, many, FLOWS, PROBE_RATE)
+    return Budget(mode, one, many, FLOWS, PROBE_RATE, os.cpu_count() or 1)
 
 
 def machine_budget(mode: str, progress: Callable[[str], None] | None = None) -> Budget:
@@ -63,6 +105,25 @@ def machine_budget(mode: str, progress: Callable[[str], None] | None = None) -> 
             "link budget (%s): one flow %.2f Gbit/s, %d flows %.2f Gbit/s",
             mode, b.one_flow_bps / 1e9, b.flows, b.all_flows_bps / 1e9,
         )  # fmt: skip
+    return b
+
+
+def with_kind_costs(
+    b: Budget, wanted: list[str], progress: Callable[[str], None] | None = None
+) -> Budget:
+    """`b` with the CPU cost of every kind in `wanted`: kept since this boot, or measured now
+    (and kept)."""
+    missing = [k for k in wanted if k not in b.kind_costs]
+    if not missing:
+        return b
+    costs = dict(b.kind_costs)
+    for kind in missing:
+        if progress is not None:
+            progress(f"measuring what {kind} costs this machine's CPU (once per boot)")
+        costs[kind] = kind_cost(kind, b.mode)
+        log.info("CPU cost (%s, %s): %.1f ns a wire byte", kind, b.mode, costs[kind] * 1e9)
+    b = replace(b, kind_costs=costs)
+    budget.keep(b)
     return b
 
 
@@ -81,4 +142,5 @@ def for_run(
         b = budget.cached(mode)
     if b is None:
         return s, None
+    b = with_kind_costs(b, budget.probed_kinds(s), progress)
     return budget.with_fitting_scale(s, b, held), b

@@ -87,3 +87,11 @@ def link_seconds(topology: Any, transfers: list[tuple[str, str, float]]) -> dict
             add(f"leaf{a} up", nbytes, fabric)
             add(f"leaf{b} down", nbytes, fabric)
     return busy
+
+
+def ack_efficiency(mtu: int = 1500, segment: int | None = None) -> float:
+    """Payload per byte on the wire for TCP with timestamps (40 + 12 bytes of headers, 14 of
+    Ethernet) and one 66-byte delayed ACK per two frames sharing the uplink; segments of the
+    MTU's payload, or of `segment` bytes (topology.tcp_segment)."""
+    seg = segment or mtu - 52
+    return 2 * seg / (2 * (seg + 66) + 66)

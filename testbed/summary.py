@@ -77,6 +77,12 @@ class LinkBudget(TypedDict):  # budget.py; null where no budget was given
     demand_one_flow_bps: Bps
     demand_all_flows_bps: Bps
     hosts: Count
+    link_load: Ratio
+    cores: Count
+    cpu_s_per_s: Ratio  # CPU seconds per scenario second, every workload together
+    cpu_by_workload: dict[str, Ratio]
+    cpu_busy: Ratio
+    cpu_load: Ratio
     load: Ratio
     fitting_time_scale: Count
 

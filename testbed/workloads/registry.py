@@ -57,6 +57,14 @@ class Kind:
         None  # (name) → its merged records' file in the run folder
     )
     record_durations: tuple[str, ...] = ()  # their duration columns (a wall-clock twin each)
+    work: Callable[[Any, Any], float] | None = (
+        None  # (cfg, scenario) → the mean payload bits/s (scenario time) its hosts send in
+        # all, what its processes cost this machine's CPU (budget.py); none: line rate
+    )
+    probe: Callable[[], dict[str, Any]] | None = (
+        None  # () → its workloads entry in the CPU-cost probe (budget_probe.py); none: it
+        # costs what the link probe's bulk flows cost
+    )
     hosts_field: bool = True  # takes `hosts`, `tc_class`/`dscp` (the common placement)
     default_class: str = (
         "highest"  # its class when none is named: highest, or the profile's default

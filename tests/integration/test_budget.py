@@ -13,7 +13,7 @@ import yaml
 from testbed import budget
 from testbed.budget_probe import machine_budget
 
-from .helpers import run_cli
+from .helpers import ROOT, run_cli
 
 HOSTS = 5
 
@@ -78,3 +78,56 @@ def test_an_incast_over_the_budget_warns_in_real_time_and_not_dilated(tmp_path, 
 
 def test_the_budget_is_kept_until_the_next_boot(machine):
     assert budget.cached("exact") == machine
+
+
+def thesis_r4(tmp_path, name: str, **over) -> tuple[dict, object]:
+    """examples/thesis-exact.yaml at its R = 4 / 12.5 % cell (the job low, web search high),
+    shortened to 2.5 s with a 1.5 s window (about 2.5 iterations, 140 flows)."""
+    data = yaml.safe_load((ROOT / "examples" / "thesis-exact.yaml").read_text())
+    data["duration"] = "2.5s"
+    data["measure"] = {"warmup": "0.75s", "cooldown": "0.25s", "drain": "0.5s"}
+    data["workloads"]["horovod"]["compute_time"] = "560ms"
+    data["workloads"]["websearch"]["utilization"] = "12.5%"
+    data.update(over)
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(yaml.safe_dump(data))
+    r = run_cli("up", str(f), "--out", str(tmp_path / name), "--no-plots", timeout=900)
+    return json.loads((tmp_path / name / "summary.json").read_text()), r
+
+
+def test_the_budget_counts_the_workloads_cpu_and_warns_before_the_run(tmp_path):
+    """At ×50 the links alone fit (load 0.35) and the workloads' processes do not: the run
+    warns before its workloads start, naming the K that fits. A 0.2 s run: the warning is
+    what is checked here, the physics at that K below."""
+    s, r = thesis_r4(tmp_path, "k50", time_scale=50, duration="0.2s",
+                     measure={"warmup": "0.05s", "cooldown": "0s", "drain": "0.05s"})  # fmt: skip
+    fit = s["link_budget"]
+    assert fit["link_load"] < 1 < fit["cpu_load"] and fit["load"] == fit["cpu_load"], fit
+    assert fit["fitting_time_scale"] > 50 and set(fit["cpu_by_workload"]) == {
+        "horovod",
+        "websearch",
+    }
+    line = next(w for w in s["warnings"] if w.startswith("link budget:"))
+    assert f"time_scale: {fit['fitting_time_scale']:g} fits" in line and "busy" in line
+    # before this run's workloads start (a probe measured now logs its own runs before it)
+    assert r.stderr.index("link budget:") < r.stderr.rindex("workloads ready"), r.stderr[-3000:]
+
+
+def test_the_time_scale_auto_names_for_a_thesis_cell_holds_its_physics(tmp_path):
+    """`time_scale: auto` on the R = 4 cell (issue 74): at the K the budget names, where the
+    links alone would have named 18 and ×50 ran its flows 70 ms late, no flow beats its link,
+    no iteration its compute, and web-search flows start on their Poisson clock (the run's own
+    check: 1 % of them no later than a tenth of the mean gap between arrivals)."""
+    from tests.bounds import time_at_most
+
+    s, r = thesis_r4(tmp_path, "auto", time_scale="auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    fit = s["link_budget"]
+    assert s["time_scale"] == fit["fitting_time_scale"] and fit["load"] <= 1, fit
+    assert fit["cpu_load"] > fit["link_load"], fit  # the CPU, not the links, set it
+    web, job = s["websearch"], s["horovod"]
+    assert web["flows_measured"] > 50 and web["flows_over_link_rate"] == 0, web
+    assert job["iterations_measured"] >= 1 and job["min_iteration_over_compute"] >= 1.0, job
+    gap = 1 / web["arrival_rate_per_host"]["configured"]
+    time_at_most(web["start_lag_s"]["p99"], 0.1 * gap, s, "p99 flow-start lateness (s)")
+    assert not [w for w in s["warnings"] if "started late" in w or "100% busy" in w], s["warnings"]

@@ -104,3 +104,64 @@ def test_only_a_scenario_that_may_not_fit_or_asks_pays_for_the_measurement():
             expect=["link_budget.load <= 1"],
         )
     )
+
+
+# The 2-core development VM's probes (2026-12-07, three runs each): web search 33.1–34.4 ns of
+# CPU a wire byte, torch-ddp 23.3–23.9
+MEASURED = Budget("exact", 5.13e9, 4.53e9, 8, 100_000_000_000, 2,
+                  {"websearch": 33.5e-9, "torch-ddp": 23.7e-9})  # fmt: skip
+
+
+def thesis_r4(k):
+    from pathlib import Path
+
+    from testbed.resolve import load_scenario, with_overrides
+
+    s = load_scenario(Path(__file__).parents[2] / "examples" / "thesis-exact.yaml")
+    cell = {"workloads.horovod.compute_time": "560ms", "workloads.websearch.utilization": "12.5%"}
+    return with_overrides(s, {**cell, "time_scale": k})
+
+
+def test_the_workloads_cpu_is_their_wire_bytes_times_their_kinds_cost():
+    """Thesis R = 4 / 12.5 %, by hand. TCP's framing with 1380-byte segments: 2958 wire bytes
+    per 2760 of payload (66 of headers a frame, a 66-byte ACK per two). Web search: 12.5 % of
+    8 links of 10 Gbit/s = 10 Gbit/s of payload → 1.3397 GB/s on the wire × 33.5 ns = 44.88
+    CPU s per scenario s. The job: 8 workers × 171,888,717 B per iteration, at most one per
+    560 ms of compute → 19.644 Gbit/s → 2.6317 GB/s × 23.7 ns = 62.37. At ×50: (107.25 / 50 +
+    0.08 of the run's own) / 2 cores = 111 % busy; 0.7 fits at ⌈107.25 / (1.4 − 0.08)⌉ = 82,
+    where ×50 broke (its iterations 47 % long, flows started 70 ms late) and ×100 held."""
+    fit = budget.assess(thesis_r4(50), MEASURED)
+    assert fit["cpu_by_workload"] == {"horovod": 62.37, "websearch": 44.88}
+    assert fit["cpu_s_per_s"] == 107.25 and fit["cores"] == 2
+    assert fit["cpu_busy"] == pytest.approx(1.1125, abs=1e-3)
+    assert (
+        fit["cpu_load"] == pytest.approx(1.1125 / 0.7, abs=1e-3) and fit["load"] == fit["cpu_load"]
+    )
+    assert fit["link_load"] == pytest.approx(0.353, abs=1e-3)  # the links alone said 18 fits
+    assert fit["fitting_time_scale"] == 82
+    msg = budget.warning(thesis_r4(50), fit)
+    assert msg is not None and "time_scale: 82 fits" in msg and "111% busy" in msg, msg
+    assert "horovod 62.37, websearch 44.88" in msg
+    held = budget.assess(thesis_r4(100), MEASURED)
+    assert held["cpu_busy"] == pytest.approx((1.0725 + 0.08) / 2, abs=1e-3)
+    assert held["fitting_time_scale"] == 82 and budget.warning(thesis_r4(100), held) is None
+    assert budget.with_fitting_scale(thesis_r4("auto"), MEASURED).time_scale == 82
+
+
+def test_a_kind_not_measured_or_without_a_probe_costs_the_cpu_nothing_here():
+    """linkcheck's bulk flows are the link probe's own: the link side counts them."""
+    fit = budget.assess(thesis_r4(50), MACHINE)  # no kind measured
+    assert fit["cpu_by_workload"] == {} and fit["cpu_busy"] == pytest.approx(0.08 / 2, abs=1e-3)
+    s = scenario(workloads={"l": {"kind": "linkcheck"}})
+    assert budget.probed_kinds(s) == [] and budget.cpu_demand(s, MEASURED) == {}
+    assert budget.probed_kinds(thesis_r4(100)) == ["torch-ddp", "websearch"]
+
+
+def test_a_small_scenario_with_a_probed_kind_is_measured():
+    web = {"w": {"kind": "websearch", "utilization": "10%"}}
+    assert budget.needs_measuring(  # 4 × 100 Mbit/s: under SURE_BPS, over SURE_CPU_BPS
+        scenario(topology={"hosts": 4, "link_rate": "100mbit"}, workloads=web)
+    )
+    assert not budget.needs_measuring(
+        scenario(topology={"hosts": 4, "link_rate": "10mbit"}, workloads=web)
+    )

@@ -32,7 +32,9 @@ BY_HAND = {
     "teardown_s": "wall",
     "link_budget": {
         "one_flow_bps": "bps", "all_flows_bps": "bps", "demand_one_flow_bps": "bps",
-        "demand_all_flows_bps": "bps", "hosts": "1", "load": "1", "fitting_time_scale": "1",
+        "demand_all_flows_bps": "bps", "hosts": "1", "link_load": "1", "cores": "1",
+        "cpu_s_per_s": "1", "cpu_by_workload": {CLASS: "1"}, "cpu_busy": "1", "cpu_load": "1",
+        "load": "1", "fitting_time_scale": "1",
     },
     "setup_s": {"build": "wall", "shape": "wall", "workloads_ready": "wall"},
     "window": {"warmup_s": "s", "cooldown_s": "s", "span_s": "s", "drain_limit_s": "s",

@@ -212,6 +212,20 @@ def servers(w: EnsembleWorkload, every: list[str]) -> set[str]:
     return set(w.hosts or every) | ({w.storage} if w.storage else set())
 
 
+def work(w: EnsembleWorkload, s: Any) -> float:
+    """Payload bits/s a round's transfers move, at the rounds per second the slower of
+    preprocessing and the busiest link allows (budget.py)."""
+    d = w.d
+    images = min(d.preprocess_limit, d.network_limit or float("inf"))
+    return images / d.images_per_round * sum(d.round_bytes.values()) * 8
+
+
+def probe() -> dict[str, Any]:
+    """Its CPU-cost probe (budget_probe.py): 8 models sharing their preprocessing, 16 images/s
+    a model (preprocessing-bound: about a sixth of every link at 100 Mbit/s)."""
+    return {"kind": "ensemble", "pattern": "all-shared", "preprocess_rate": 2}
+
+
 def dilate(w: EnsembleWorkload, k: float) -> dict[str, Any]:
     return {
         "preprocess_rate": w.preprocess_rate / k,
@@ -230,6 +244,8 @@ register(
         metrics="testbed.workloads.ensemble.node:registry",
         config=EnsembleWorkload,
         controller="testbed.workloads.ensemble.controller:Ensemble",
+        work=work,
+        probe=probe,
         report="testbed.workloads.ensemble.report",
         servers=servers,
         summary={

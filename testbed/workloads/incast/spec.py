@@ -101,6 +101,18 @@ def resolve(
     )
 
 
+def work(w: IncastWorkload, s: Any) -> float:
+    """Payload bits/s its responders send in all: every host's queries, `fanout` responses each
+    (budget.py)."""
+    hosts = w.hosts or range(s.topology.hosts)
+    return len(hosts) * w.d.query_rate * w.d.fanout * w.response_size * 8
+
+
+def probe() -> dict[str, Any]:
+    """Its CPU-cost probe (budget_probe.py): 20 kB responses loading 15 % of each downlink."""
+    return {"kind": "incast", "response_size": "20KB", "utilization": "15%"}
+
+
 def dilate(w: IncastWorkload, k: float) -> dict[str, Any]:
     return {"query_rate": w.d.query_rate / k}
 
@@ -127,6 +139,8 @@ register(
         metrics="testbed.workloads.incast.node:registry",
         config=IncastWorkload,
         controller="testbed.workloads.incast.controller:Incast",
+        work=work,
+        probe=probe,
         report="testbed.workloads.incast.report",
         summary={
             "hosts": "1",

@@ -40,19 +40,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from testbed.paths import ack_efficiency
 from testbed.workloads.training import models
 from testbed.workloads.training.models import Layer, buckets_for, with_thesis_compute
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
-
-
-def ack_efficiency(mtu: int = 1500, segment: int | None = None) -> float:
-    """Payload per byte on the wire for TCP with timestamps (40 + 12 bytes of headers, 14 of
-    Ethernet) and one 66-byte delayed ACK per two frames sharing the uplink; segments of the
-    MTU's payload, or of `segment` bytes (topology.tcp_segment)."""
-    seg = segment or mtu - 52
-    return 2 * seg / (2 * (seg + 66) + 66)
 
 
 ACK_EFFICIENCY = ack_efficiency()

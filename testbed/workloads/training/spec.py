@@ -448,6 +448,24 @@ def resolve(
     )
 
 
+def work(w: HorovodWorkload, s: Any) -> float:
+    """Payload bits/s its workers send in all (budget.py): each worker's share of the ring's
+    bytes once an iteration, an iteration no shorter than its compute or its bytes at the
+    ring's slowest link (the job alone, at its fastest: an upper bound)."""
+    d = w.d
+    bits = d.bytes_per_iteration * 8
+    iteration = max(d.compute_time, bits / (d.bottleneck_bps or s.topology.link_rate))
+    workers = len(w.hosts or range(s.topology.hosts))
+    return workers * bits / iteration if iteration > 0 else 0.0
+
+
+def probe_of(kind: str) -> Any:
+    """Its CPU-cost probe (budget_probe.py): 8 workers reducing a 2 MB model's gradients,
+    1.2 s of compute an iteration (the ring about a fifth of it at 100 Mbit/s)."""
+    return lambda: {"kind": kind, "mode": "synthetic", "model": "thesis-ns3",
+                    "model_size": "2MB", "compute_time": "1200ms"}  # fmt: skip
+
+
 def dilate(w: HorovodWorkload, k: float) -> dict[str, Any]:
     """The derived compute (from R, a trace or the default) made explicit, then dilated;
     giving compute_time drops the ratio it came from."""
@@ -538,6 +556,8 @@ for _kind, _config, _doc, _summary in (
             files=("profile",),
             config=_config,
             controller="testbed.workloads.training.controller:make",
+            work=work,
+            probe=probe_of(_kind),
             report="testbed.workloads.training.report",
             summary={**_summary, **POLICY},
             summary_of=summary_of,

@@ -177,6 +177,17 @@ def _demotion(dm: Demotion, s: Any, place: Placement) -> int:
     return profile.cls(dm.to).mark
 
 
+def work(w: WebsearchWorkload, s: Any) -> float:
+    """Payload bits/s its hosts send in all: each host's flows at their mean size (budget.py)."""
+    hosts = w.hosts or range(s.topology.hosts)
+    return len(hosts) * w.d.arrival_rate * w.d.mean_flow_size * 8
+
+
+def probe() -> dict[str, Any]:
+    """Its CPU-cost probe (budget_probe.py): the web-search CDF at 15 % of every host link."""
+    return {"kind": "websearch", "sizes": "websearch", "utilization": "15%"}
+
+
 def dilate(w: WebsearchWorkload, k: float) -> dict[str, Any]:
     return {"arrival_rate": w.d.arrival_rate / k}
 
@@ -191,6 +202,8 @@ register(
         files=("sizes",),
         config=WebsearchWorkload,
         controller="testbed.workloads.websearch.controller:Websearch",
+        work=work,
+        probe=probe,
         report="testbed.workloads.websearch.report",
         summary={
             "hosts": "1",
