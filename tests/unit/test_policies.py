@@ -142,10 +142,10 @@ LAYERS = {"kind": "torch-ddp", "model": "thesis-ns3", "fusion": "static", "queue
             "'low' is not above the job's own class",
         ),
         (
-            {"kind": "layers", "first": 3},
+            {"kind": "tail"},
             {**LAYERS, "mode": "real", "fusion": None, "queue": "fifo", "barrier": True},
             {},
-            "policy layers needs mode: synthetic",
+            "policy tail needs mode: synthetic (it acts on the emulated iteration",
         ),
         ({"kind": "layers", "first": 3}, {**LAYERS, "gpus": 1}, {}, "policy layers runs on Gloo"),
         (
@@ -292,3 +292,25 @@ def test_a_demotion_that_cannot_be_is_one_line_naming_the_field(demote, message)
     with pytest.raises(ScenarioError) as e:
         _web(demote)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_policy_layers_runs_on_a_real_job_and_chooses_among_its_models_layers():
+    """In mode real the hook splits DDP's buckets by layer (ddp_worker.layer_hook): the
+    layers are the real CPU model's, checked against the model torch builds."""
+    import torch
+
+    from testbed.workloads.training.horovod_worker import small_cnn
+    from testbed.workloads.training.models import SMALL_CNN_LAYERS
+
+    model = small_cnn(torch)
+    owners = [m for m in model.modules() if list(m.parameters(recurse=False))]
+    assert (
+        [p for _, p in SMALL_CNN_LAYERS]
+        == [sum(p.numel() for p in m.parameters(recurse=False)) for m in owners]
+        == [448, 4640, 20490]
+    )
+    real = {**LAYERS, "mode": "real", "fusion": None, "queue": "fifo", "barrier": True}
+    s = _scenario(policy={"kind": "layers", "share": "15%"}, **real)
+    p = s.workloads["horovod"].policy
+    # 448 B·4 alone is 1.75 % of the bytes, with conv2 19.9 %: the fewest holding 15 % are 2
+    assert p.first_layers([n for _, n in SMALL_CNN_LAYERS]) == 2

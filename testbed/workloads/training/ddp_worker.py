@@ -183,7 +183,49 @@ def synthetic(
         i += 1
 
 
-def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: float) -> None:
+def layer_hook(model: Any, layers: list[int], group: Any, dist: Any, torch: Any) -> Any:
+    """Policy layers in real mode: a DDP communication hook that reduces the gradients of the
+    model's layers `layers` (its modules with parameters, in forward order: models.
+    SMALL_CNN_LAYERS) over the class's Gloo group (class_groups), whose connections carry the
+    class's DSCP, and the rest of each bucket over the job's own group. A bucket is a flat
+    buffer of its parameters' gradients in `bucket.parameters()` order; each run of
+    consecutive parameters of one class is a slice of it, reduced in place, so the class
+    carries exactly those layers' bytes whatever DDP's buckets hold. Every rank sees the same
+    buckets in the same order, so each group's collectives line up across ranks."""
+    owners = [m for m in model.modules() if list(m.parameters(recurse=False))]
+    chosen = {p.data_ptr() for j in layers for p in owners[j].parameters(recurse=False)}
+    world = dist.get_world_size()
+
+    def hook(_state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations: none
+        buf = bucket.buffer().div_(world)
+        runs: list[list[Any]] = []  # [start, end, in class]
+        at = 0
+        for p in bucket.parameters():
+            cls = p.data_ptr() in chosen
+            if runs and runs[-1][2] == cls:
+                runs[-1][1] = at + p.numel()
+            else:
+                runs.append([at, at + p.numel(), cls])
+            at += p.numel()
+        futures = [
+            (
+                group.allreduce([buf[a:b]]) if cls else dist.all_reduce(buf[a:b], async_op=True)
+            ).get_future()
+            for a, b, cls in runs
+        ]
+        return torch.futures.collect_all(futures).then(lambda _: buf)
+
+    return hook
+
+
+def real(
+    cfg: dict[str, Any],
+    dist: Any,
+    torch: Any,
+    rec: Recorder,
+    deadline: float,
+    groups: list[Any] | None = None,
+) -> None:
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + dist.get_rank())
@@ -191,6 +233,9 @@ def real(cfg: dict[str, Any], dist: Any, torch: Any, rec: Recorder, deadline: fl
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, bucket_cap_mb=int(cfg["bucket_cap"]) / 2**20
     )
+    if groups:  # policy layers: its layers' gradients over the class's group
+        layers = cfg["transfer_classes"]["layers"]
+        ddp.register_comm_hook(None, layer_hook(model, layers, groups[0], dist, torch))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     bs = cfg.get("batch_size", 16)
@@ -263,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     window = wait_for_go(args.go)
     sockets = SocketReads(window.start, window.stop, sockets_file(args.out))
     if cfg["mode"] == "real":
-        real(cfg, dist, torch, rec, deadline=window.end)
+        real(cfg, dist, torch, rec, deadline=window.end, groups=groups)
     else:
         pacer = Pacer(cfg, window.t0, pace_file(args.out))
         synthetic(cfg, dist, torch, rec, deadline=window.end, groups=groups, pacer=pacer)

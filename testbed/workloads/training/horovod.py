@@ -42,6 +42,7 @@ from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.registry import load
 from testbed.workloads.training.gpus import devices
 from testbed.workloads.training.horovod_worker import FIELDS, sockets_file
+from testbed.workloads.training.models import SMALL_CNN_LAYERS
 from testbed.workloads.training.policies import POLICIES
 from testbed.workloads.training.rendezvous import RendezvousStore
 from testbed.workloads.training.spec import HorovodWorkload, iterations_file
@@ -149,10 +150,13 @@ class HorovodJob(Controller):
         """What every worker is told (worker-config.json): the emulated model and schedule,
         and the policy runner's part once it runs (per_transfer.py reads the rest first)."""
         cfg = self.cfg
-        layers = layers_for(cfg) if cfg.mode == "synthetic" else []
+        if cfg.mode == "synthetic":
+            layers = [[x.name, x.params, x.forward_s, x.backward_s] for x in layers_for(cfg)]
+        else:  # the real CPU model's, for a policy's choice (its compute is its own)
+            layers = [[name, params, 0.0, 0.0] for name, params in SMALL_CNN_LAYERS]
         return {
             "mode": cfg.mode,
-            "layers": [[x.name, x.params, x.forward_s, x.backward_s] for x in layers],
+            "layers": layers,
             "barrier": cfg.barrier,
             "iterations": cfg.iterations,
             "device": "cuda" if self.on_gpu else "cpu",

@@ -115,6 +115,16 @@ def thesis_ns3_layers(model_bytes: int = 100_000_000, n_layers: int = 50) -> lis
 
 MODELS = {"resnet50": resnet50_layers, "thesis-ns3": thesis_ns3_layers}
 
+# The real mode's CPU model (horovod_worker.small_cnn), its layers with parameters in forward
+# order: (name, parameters, weights and bias together). Written out so that the controller can
+# choose a policy's layers without importing torch; tests/unit/test_models.py checks them
+# against the model torch builds.
+SMALL_CNN_LAYERS: list[tuple[str, int]] = [
+    ("conv1", 3 * 16 * 3 * 3 + 16),
+    ("conv2", 16 * 32 * 3 * 3 + 32),
+    ("fc", 32 * 8 * 8 * 10 + 10),
+]
+
 
 def scale_to(layers: list[Layer], model_bytes: int) -> list[Layer]:
     """Scale every layer's size by one factor so the model totals `model_bytes`; the

@@ -20,15 +20,27 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.topology import class_address
 from testbed.workloads.marking import mark_addresses
-from testbed.workloads.training.ddp_schedule import Plan, class_bytes, plan_for
+from testbed.workloads.training.ddp_schedule import class_bytes, plan_for
+from testbed.workloads.training.models import BYTES_PER_PARAM
 from testbed.workloads.training.policies import LayersPolicy
 
 
 class PerTransfer:
-    def __init__(self, kind: str, to: str, layers: list[int], addresses: list[str], plan: Plan):
+    def __init__(
+        self,
+        kind: str,
+        to: str,
+        layers: list[int],
+        addresses: list[str],
+        bytes_to: tuple[int, int],
+        buffers: int | None,
+    ):
+        """`bytes_to`: (the class's bytes, all bytes) reduced per iteration; `buffers`: how
+        many of the job's buffers go to the class (None in real mode: DDP's buckets are split
+        by layer in the communication hook, whatever they hold)."""
         self.kind, self.to, self.layers, self.addresses = kind, to, layers, addresses
-        self.class_bytes, self.total_bytes = class_bytes(plan), sum(plan.nbytes)
-        self.buffers = sum(plan.classes)
+        self.class_bytes, self.total_bytes = bytes_to
+        self.buffers = buffers
 
     def worker_config(self) -> dict[str, Any]:
         return {"transfer_classes": {"layers": self.layers, "addresses": self.addresses}}
@@ -47,7 +59,7 @@ class PerTransfer:
         }
 
     def warning(self) -> str | None:
-        if self.buffers:
+        if self.class_bytes:
             return None
         return (
             f"policy {self.kind} put no buffer in {self.to}: the model has none of the job's "
@@ -79,8 +91,14 @@ def start(job: Any) -> PerTransfer:
     policy = job.cfg.policy
     profile = job.s.tc_profile
     worker_cfg = job.worker_config()
-    layers = chosen_layers(job, [int(x[1]) for x in worker_cfg["layers"]])
-    plan = plan_for({**worker_cfg, "transfer_classes": {"layers": layers}})
+    params = [int(x[1]) for x in worker_cfg["layers"]]
+    layers = chosen_layers(job, params)
+    if job.cfg.mode == "real":  # the hook reduces exactly these layers' gradients in the class
+        bytes_to = (sum(params[j] for j in layers) * BYTES_PER_PARAM, sum(params) * BYTES_PER_PARAM)
+        buffers = None
+    else:
+        plan = plan_for({**worker_cfg, "transfer_classes": {"layers": layers}})
+        bytes_to, buffers = (class_bytes(plan), sum(plan.nbytes)), sum(plan.classes)
     hosts = job.hosts()
     number = profile.class_names.index(policy.to)
     addresses = [str(class_address(job.topo, h, number)) for h in hosts]
@@ -89,7 +107,7 @@ def start(job: Any) -> PerTransfer:
         _add_address(job.rt, h, own)
         peers = [a for a in addresses if a != own]
         mark_addresses(job.rt, h.netns, h.data_if, own, peers, dscp, job.name)
-    return PerTransfer(policy.kind, policy.to, layers, addresses, plan)
+    return PerTransfer(policy.kind, policy.to, layers, addresses, bytes_to, buffers)
 
 
 def _add_address(rt: Any, h: Any, address: str) -> None:

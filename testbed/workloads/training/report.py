@@ -51,9 +51,14 @@ def print_section(out: Console, name: str, h: dict[str, Any]) -> None:
     pol = h.get("policy")
     if pol and "share_to" in pol:  # a class per transfer
         share = pol["share_to"]
+        what = (
+            f"{pol['layers_to']} layers (split out of DDP's buckets by its hook)"
+            if pol["buffers_to"] is None
+            else f"{pol['buffers_to']} buffers ({pol['layers_to']} layers)"
+        )
         out.print(
-            f"  policy {pol['kind']}: {pol['buffers_to']} buffers ({pol['layers_to']} layers) "
-            f"in {pol['to']}" + (f", {share:.1%} of the bytes" if share is not None else "")
+            f"  policy {pol['kind']}: {what} in {pol['to']}"
+            + (f", {share:.1%} of the bytes" if share is not None else "")
         )
     elif pol and pol["kind"] == "by-ratio":
         out.print(

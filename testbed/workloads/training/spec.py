@@ -193,7 +193,8 @@ class HorovodWorkload(Placed):
         "higher class: `{kind: adaptive, budget: 2%, to: high}`) or layers (a class per "
         "transfer: the buffers of the first layers in a higher class, `{kind: layers, first: "
         "10, to: high}`; tail: the buffers the model has exposed after backward; both torch-ddp "
-        "on CPU, single ToR); synthetic mode",
+        "on CPU, single ToR); synthetic mode, but layers also in real mode (a DDP "
+        "communication hook)",
     )
 
     derived: HorovodDerived | None = Field(
@@ -303,11 +304,12 @@ def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
         )
     if isinstance(p, StaticPolicy):
         return
-    if w.mode != "synthetic":
+    if w.mode != "synthetic" and not isinstance(p, LayersPolicy):
         raise FieldProblem(
             ("policy",),
             f"policy {p.kind} needs mode: synthetic (it acts on the emulated iteration: its "
-            "deadline, or its buffers)",
+            "predicted deadline, its exposed buffers or its slots); in mode real, torch-ddp "
+            "carries policy layers (a DDP communication hook)",
         )
     names = s.tc_profile.class_names
     if isinstance(p, InterleavePolicy | ByRatioPolicy):
@@ -418,6 +420,8 @@ def resolve(
             layers = models.load_trace(p, w.profile_time_unit)
         except ValueError as e:
             raise FieldProblem(("profile",), str(e)) from None
+    elif w.mode == "real" and w.gpus is None:  # the CPU model ddp_worker.real trains
+        layers = [models.Layer(name, params) for name, params in models.SMALL_CNN_LAYERS]
     else:
         layers = models.MODELS[w.model]()
     _check_layers(w, layers)
