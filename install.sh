@@ -32,6 +32,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
 fi
 
+# headless Chromium opens the HTML report in the browser test (tests/integration/test_html.py);
+# optional: where Debian has no chromium package that test is skipped (and counted)
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  echo "== installing chromium (the HTML report's browser test)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
+    echo "install.sh: chromium not installed: the HTML report's browser test will be skipped" >&2
+fi
+
 # --- Docker engine for `runtime: docker`. A machine whose engine answers is used as it is;
 # otherwise Debian's docker.io is installed when missing and dockerd started. debootstrap makes
 # the node image's base (`testbed images build`; no images are built here).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import logging
 import math
@@ -215,11 +216,14 @@ def up(
     from testbed.runs import Run
 
     run = Run(run_dir)
-    if run.instances():
-        rp.print_run(Console(), rp.describe_run(run))
+    described = rp.describe_run(run) if run.instances() else None
+    if described is not None:
+        rp.print_run(Console(), described)
     Console().print(f"run folder: {run_dir}")
     if not no_plots:
-        _plots_after_run(run_dir)
+        plots = _plots_after_run(run_dir)
+        page = _recorded(lambda out: described is not None and rp.print_run(out, described))
+        _html_page(run_dir / "report.html", [run], page, plots)
     if s.expect:
         _expectations(s, run_dir, result.summary, junit)
     elif junit is not None:
@@ -308,16 +312,79 @@ def _report_expect(runs: tuple[Path, ...], expect_file: Path, junit: Path | None
     _expectations(s, run_dir, summary, junit, keep=False)
 
 
-def _plots_after_run(run_dir: Path) -> None:
+def _plots_after_run(run_dir: Path) -> list[Path]:
     """Plots are a convenience: a plotting problem is reported, never fails the run."""
     from testbed import report as rp
     from testbed.runs import Run
 
     try:
-        for p in rp.plots_for(Run(run_dir)):
-            Console().print(f"plot: {p}")
+        plots = rp.plots_for(Run(run_dir))
     except Exception as e:
         err_console.print(f"[yellow]warning:[/] plots not written: {e}")
+        return []
+    for p in plots:
+        Console().print(f"plot: {p}")
+    return plots
+
+
+PAGE_WIDTH = 160  # the HTML report's columns: its tables as a wide terminal prints them
+
+
+def _recorded(show: Callable[[Console], Any]) -> Console:
+    """What `show` prints, recorded off screen at PAGE_WIDTH for the HTML report: the same
+    printing code as the terminal's, not a second rendering of the figures."""
+    page = Console(record=True, width=PAGE_WIDTH, file=io.StringIO(), force_terminal=True)
+    show(page)
+    return page
+
+
+def _sweep_page(path: Path, name: str | None, agg: dict[str, Any], printed: Console) -> None:
+    """The sweep's report as one HTML file beside sweep.json (report-NAME.html for a sweep
+    named on the command line, as its plots have a folder of their own)."""
+    from testbed import htmlpage
+
+    r = agg["runs"]
+    page = path / ("report.html" if name is None else f"report-{name}.html")
+    htmlpage.write(
+        page,
+        f"sweep {agg['name']}",
+        f"{r['ok']} of {r['points']} runs ok; {agg['compare']['axis']} compared against "
+        f"{agg['compare']['baseline']!r}; testbed report {path}",
+        htmlpage.terminal_html(printed),
+        [Path(p) for p in agg["plots"]],
+        [("sweep file (as run)", path / "sweep.yaml")],
+        [],  # a flagged pair is in the verdict table, beside the verdict it weakens
+    )
+    Console().print(f"report: {shown(page)}")
+
+
+def _html_page(path: Path, runs: list[Any], printed: Console, plots: list[Path]) -> None:
+    """The runs' report as one HTML file (htmlpage.py): what `printed` printed, the plots, the
+    scenarios and warnings. A convenience like the plots: a problem is reported, never fails."""
+    from testbed import htmlpage
+
+    first = runs[0].summary
+    title = (
+        f"run {first.get('run_id')} of {first.get('scenario')}"
+        if len(runs) == 1
+        else f"{len(runs)} runs of {first.get('scenario')} against {runs[0].path.name}"
+    )
+    try:
+        htmlpage.write(
+            path,
+            title,
+            f"seed {first.get('seed')}, status {first.get('status')}, "
+            f"time_scale {first.get('time_scale', 1)}; testbed report {' '.join(str(r.path) for r in runs)}",
+            htmlpage.terminal_html(printed),
+            plots,
+            [(f"scenario ({r.path.name})", r.path / "scenario.yaml") for r in runs],
+            [f"{r.path.name}: {w}" if len(runs) > 1 else w
+             for r in runs for w in r.summary.get("warnings") or []],
+        )  # fmt: skip
+    except Exception as e:
+        err_console.print(f"[yellow]warning:[/] HTML report not written: {e}")
+        return
+    Console().print(f"report: {shown(path)}")
 
 
 class _Once(logging.Filter):
@@ -374,6 +441,13 @@ def _console_logging(verbose: bool, quiet: bool = False) -> None:
     help="a sweep folder several sweeps wrote into: report the sweep of this name "
     "(default: the last to run there)",
 )
+@click.option(
+    "--html",
+    "as_html",
+    is_flag=True,
+    help="also write the report as one self-contained HTML file (tables, plots inline, the "
+    "scenario or sweep file, warnings) in the (first) folder: report.html",
+)
 @_friendly
 def report(
     runs: tuple[Path, ...],
@@ -383,6 +457,7 @@ def report(
     junit: Path | None,
     aims: tuple[str, ...],
     sweep_name: str | None,
+    as_html: bool,
 ) -> None:
     """Summarise RUN folders; with several, compare them against the first (the baseline).
     Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map
@@ -392,6 +467,8 @@ def report(
     from testbed import report as rp
     from testbed.runs import Run
 
+    if as_html and (as_json or expect_file is not None):
+        raise ScenarioError("--html: writes the tables' report; leave out --json and --expect")
     if expect_file is not None:
         _report_expect(runs, expect_file, junit)
         return
@@ -399,7 +476,7 @@ def report(
         raise ScenarioError("--junit: goes with --expect FILE")
 
     if len(runs) == 1 and ag.is_sweep(runs[0]):
-        _report_sweep(runs[0], as_json, no_plots, sweep_name, list(aims))
+        _report_sweep(runs[0], as_json, no_plots, sweep_name, list(aims), as_html)
         return
     if sweep_name is not None:
         raise ScenarioError("--sweep: goes with one sweep folder (one that has a sweep.json)")
@@ -419,17 +496,29 @@ def report(
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
-    out = Console()
-    for r in data["runs"]:
-        rp.print_run(out, r)
-    if "comparison" in data:
-        rp.print_comparison(out, data["comparison"], {n: k for n, k, _ in loaded[0].instances()})
+
+    def show(out: Console) -> None:
+        for r in data["runs"]:
+            rp.print_run(out, r)
+        if "comparison" in data:
+            kinds_of = {n: k for n, k, _ in loaded[0].instances()}
+            rp.print_comparison(out, data["comparison"], kinds_of)
+
+    show(Console())
     for p in plots:
-        out.print(f"plot: {p}")
+        Console().print(f"plot: {p}")
+    if as_html:
+        page = "report.html" if len(loaded) == 1 else "report-compare.html"
+        _html_page(loaded[0].path / page, loaded, _recorded(show), plots)
 
 
 def _report_sweep(
-    path: Path, as_json: bool, no_plots: bool, name: str | None, aims: list[str]
+    path: Path,
+    as_json: bool,
+    no_plots: bool,
+    name: str | None,
+    aims: list[str],
+    as_html: bool = False,
 ) -> None:
     from testbed import aggregate as ag
     from testbed.sweep import sweep_doc
@@ -452,22 +541,27 @@ def _report_sweep(
     if as_json:
         click.echo(json.dumps(agg, indent=2))
         return
-    out = Console()
     cmp = agg["compare"]
     r = agg["runs"]
-    out.print(
-        f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed"
-        + (f", {r['not_run']} not run yet" if r["not_run"] else "")
-        + f"; {cmp['axis']} compared against {cmp['baseline']!r}"
-    )
-    t = views.compare_table(agg)
-    out.print(t)
-    if agg["verdicts"]["aims"]:
-        out.print(views.verdict_table(agg["verdicts"]))
+
+    def show(out: Console) -> None:
+        out.print(
+            f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed"
+            + (f", {r['not_run']} not run yet" if r["not_run"] else "")
+            + f"; {cmp['axis']} compared against {cmp['baseline']!r}"
+        )
+        out.print(views.compare_table(agg))
+        if agg["verdicts"]["aims"]:
+            out.print(views.verdict_table(agg["verdicts"]))
+
+    show(Console())
+    out = Console()
     for p in agg["plots"]:
         out.print(f"plot: {p}")
     if why_not:
         out.print(why_not)
+    if as_html:
+        _sweep_page(path, name, agg, _recorded(show))
     others = [n for n in agg["sweeps_in_folder"] if n != agg["name"]]
     if others:
         out.print(

@@ -217,6 +217,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian", "testbed.ending",
                         "testbed.access", "testbed.budget_probe"]),
     ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate", "testbed.decide",
+                 "testbed.htmlpage",
                  "testbed.swarm",
                  "testbed.swarm.*"]),
     ("the command", ["testbed.cli", "testbed.views"]),
