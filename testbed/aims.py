@@ -352,8 +352,14 @@ PAIR_LIMITS = {"apart_s": 3600.0, "steal": 0.02, "busy": 0.25, "load": 0.10}
 
 def pair_flags(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
     """Why two runs of one seed are not a fair pair (empty: they are), from their summaries:
-    `started_at`, `host_cpu.busy`/`steal` (0–1) and `link_budget.load`."""
+    `started_at`, `host_cpu.busy`/`steal` (0–1) and `link_budget.load`; and a pair of which a
+    run asked more of the machine than its budget (load over 1: its links or its CPU), whose
+    figures the emulation may have bent however alike its two runs were."""
     out = []
+    over = [x for x in (value_at(base, "link_budget.load"), value_at(other, "link_budget.load"))
+            if x is not None and x > 1]  # fmt: skip
+    if over:
+        out.append(f"over this machine's budget (load {max(over):.2f})")
     a, b = base.get("started_at"), other.get("started_at")
     apart = abs(a - b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else 0
     if apart > PAIR_LIMITS["apart_s"]:

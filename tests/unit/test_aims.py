@@ -184,6 +184,11 @@ def test_pair_flags_by_hand():
         "started 1.0 h apart", "steal 0% against 5%", "host CPU busy 50% against 80%",
         "link-budget load 30% against 50%",
     ]  # fmt: skip
+    # a run over its budget (the CPU line at 70 %: R = 2 at x100 asks 1.27): alike is not enough
+    d = {**a, "link_budget": {"load": 1.27}}
+    assert aims.pair_flags(d, {**a, "link_budget": {"load": 1.27}}) == [
+        "over this machine's budget (load 1.27)"
+    ]
 
 
 PLAN = {"from": 1, "min": 3, "max": 7, "until": "decided"}
