@@ -37,6 +37,7 @@ fi
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   echo "== installing chromium (the HTML report's browser test)"
   export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null 2>&1 || true
   apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
     echo "install.sh: chromium not installed: the HTML report's browser test will be skipped" >&2
 fi

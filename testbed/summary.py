@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypedDict
 from testbed import tcpstats
 
 CLASS = "<class>"  # in a unit shape: any of the scenario's tc profile classes
+AnyName = Annotated[str, "*"]  # a mapping's key that is any name (a workload instance's)
 
 Seconds = Annotated[float, "s"]
 WallSeconds = Annotated[float, "wall"]
@@ -80,7 +81,7 @@ class LinkBudget(TypedDict):  # budget.py; null where no budget was given
     link_load: Ratio
     cores: Count
     cpu_s_per_s: Ratio  # CPU seconds per scenario second, every workload together
-    cpu_by_workload: dict[str, Ratio]
+    cpu_by_workload: dict[AnyName, Ratio]
     cpu_busy: Ratio
     cpu_load: Ratio
     load: Ratio
@@ -147,7 +148,8 @@ KEYS = frozenset(Summary.__annotations__)
 
 def _shape(tp: Any) -> Any:
     """The unit shape of a type: a unit, a dict of shapes, [shape] for a list, {CLASS: shape}
-    for a mapping keyed by class name; None where nothing in it has a unit."""
+    for a mapping keyed by class name ({"*": shape} keyed by AnyName); None where nothing in
+    it has a unit."""
     if typing.get_origin(tp) is Annotated:
         return next((m for m in tp.__metadata__ if isinstance(m, str)), None)
     if typing.is_typeddict(tp):
@@ -160,7 +162,8 @@ def _shape(tp: Any) -> Any:
         return [inner] if inner is not None else None
     if origin is dict and len(args) == 2:
         inner = _shape(args[1])
-        return {CLASS: inner} if inner is not None else None
+        key = "*" if _shape(args[0]) == "*" else CLASS
+        return {key: inner} if inner is not None else None
     if args:  # X | None
         found = [s for a in args if a is not type(None) and (s := _shape(a)) is not None]
         return found[0] if found else None
