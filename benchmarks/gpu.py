@@ -16,7 +16,7 @@ of the cap where the anchor moved 14.6 Gbit/s: the emulated path's packet rate, 
   nccl_class_share    the share of all bytes on the workers' uplinks that went in the job's
                       class (low): the DSCP rule marks NCCL's sockets too
   iteration_error     a compute-heavier job (50 ms): |mean iteration − predicted| / predicted
-                      (testbed.workloads.training.predict)
+                      (testbed.workloads.training.model.predict)
   gpus                GPUs this machine shows
 
 On a machine without an NVIDIA GPU it builds both scenarios and the prediction, then says so,
@@ -37,10 +37,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from testbed.orchestrator import run
-from testbed.preflight import visible_gpus
-from testbed.resolve import load_scenario_data
-from testbed.workloads.training import predict
+from testbed.network.preflight import visible_gpus
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads.training.model import predict
 
 RATE = 10_000_000_000
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from testbed import sweep as sw
-from testbed.orchestrator import run
+from testbed.results import sweep as sw
+from testbed.run.orchestrator import run
 from testbed.workloads.websearch.controller import planned_flows
 
 ROOT = Path(__file__).resolve().parents[1]

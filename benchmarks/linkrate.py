@@ -58,10 +58,10 @@ from typing import Any
 import yaml
 from pyroute2 import IPRoute, NetNS, netns
 
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
-from testbed.runtime.network import disable_offloads
-from testbed.state import STATE_DIR
+from testbed.core.state import STATE_DIR
+from testbed.network.runtime.network import disable_offloads
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
 
 HERE = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]  # this interpreter's testbed, whole processes

@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.metrics.prometheus import scalar
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario, with_overrides
-from testbed.state import STATE_DIR
+from testbed.core.state import STATE_DIR
+from testbed.run.orchestrator import run
+from testbed.run.prometheus import scalar
+from testbed.scenario.resolve import load_scenario, with_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -125,7 +125,7 @@ for _ in range(int(sys.argv[2])):
 
 def cpu_per_scrape(kind: str, n: int = 400) -> float:
     """Server-side CPU seconds per scrape of a node exporter with a run's label sets."""
-    from testbed.metrics.exporters import QdiscCollector, serve
+    from testbed.core.exporters import QdiscCollector, serve
     from testbed.workloads import kinds
     from testbed.workloads.registry import load
 
@@ -192,7 +192,7 @@ def main() -> int:
         help="3 s runs, 20 scrapes: checks in seconds that it runs; the figures mean little",
     )
     args = ap.parse_args()
-    from testbed.units import parse_duration
+    from testbed.core.units import parse_duration
 
     d = 3.0 if args.quick else parse_duration(args.duration)
     extra = {"measure.warmup": "0.5s", "measure.cooldown": "0s"} if args.quick else None

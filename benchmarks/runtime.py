@@ -38,16 +38,16 @@ from typing import Any
 
 import yaml
 
-from testbed.images import build_images, ensure_node_image
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
-from testbed.runtime import registry as runtimes
-from testbed.runtime.engine import client
-from testbed.scenario import apply_overrides
-from testbed.shaping.apply import apply_plans
-from testbed.shaping.plan import LinkSpec, plan_links
-from testbed.state import RunState
-from testbed.topology import new_run_id, single_tor
+from testbed.core.state import RunState
+from testbed.network.images import build_images, ensure_node_image
+from testbed.network.runtime import registry as runtimes
+from testbed.network.runtime.engine import client
+from testbed.network.shaping.apply import apply_plans
+from testbed.network.shaping.plan import LinkSpec, plan_links
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
+from testbed.scenario.schema import apply_overrides
+from testbed.scenario.topology import new_run_id, single_tor
 
 ROOT = Path(__file__).resolve().parents[1]
 # overrides of every run (--quick: a short warm-up, Prometheus off)

@@ -1,6 +1,6 @@
 """Transfer schedules: does the training job alone take the time the event model says, under
 every schedule testbed can run? Issue 31's check of torch-ddp's scheduled loop
-(training/ddp_schedule.py) against `testbed predict` (training/predict.py), at the thesis'
+(training/workers/ddp_schedule.py) against `testbed predict` (training/model/predict.py), at the thesis'
 compute-to-network ratios. Prints a table and ends with one JSON line:
 
   errors       {schedule: {R: (measured − predicted) / predicted}} of the mean iteration
@@ -28,10 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
-from testbed.units import parse_size
-from testbed.workloads.training import models, predict
+from testbed.core.units import parse_size
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads.training.model import models, predict
 
 SCHEDULES: dict[str, dict[str, Any]] = {
     "fifo/barrier": {"queue": "fifo", "barrier": True, "fusion": "static"},

@@ -56,8 +56,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
 
 # what every run sets unless it sets its own; --quick shortens the warm-up and turns
 # Prometheus off (its start and final scrape would be most of a 2 s run)

@@ -9,7 +9,7 @@ JSON line:
   compute_bound_error   |mean iteration time - predicted| / predicted on the same run: the
                         event model (below) adds the allreduce the compute cannot hide
   network_bound_error   |mean iteration time - predicted| / predicted, on a slow link (compute is
-                        a quarter of the network time); predicted by testbed.workloads.training.predict
+                        a quarter of the network time); predicted by testbed.workloads.training.model.predict
                         (the thesis ch. 4 event model with Horovod's fusion: ring allreduce
                         2(1-1/N)·S/B_eff per fused buffer, in the order backward makes gradients
                         ready, B_eff = TCP goodput with the ring's ACKs). At 10 Mbit/s
@@ -39,9 +39,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
-from testbed.workloads.training import predict
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads.training.model import predict
 from testbed.workloads.websearch import flowsizes
 
 # what every run sets besides its own fields (--quick: a short warm-up, Prometheus off)

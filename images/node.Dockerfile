@@ -1,4 +1,4 @@
-# testbed's node image. Built by testbed/images.py (`testbed images build`), which fills the
+# testbed's node image. Built by testbed/network/images.py (`testbed images build`), which fills the
 # context: wheels/ (torch, Horovod, every dependency, and requirements.txt pinning them all)
 # and testbed/ (the testbed wheel). The build needs no network: nothing is fetched here.
 #

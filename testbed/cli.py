@@ -23,14 +23,14 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from testbed import views
-from testbed.errors import ScenarioError, TestbedError
-from testbed.resolve import load_scenario, with_overrides
-from testbed.scenario import dump_scenario, json_schema
-from testbed.units import parse_duration
+from testbed.core.errors import ScenarioError, TestbedError
+from testbed.core.units import parse_duration
+from testbed.results import views
+from testbed.scenario.resolve import load_scenario, with_overrides
+from testbed.scenario.schema import dump_scenario, json_schema
 
 if TYPE_CHECKING:
-    from testbed.state import RunLock, RunState
+    from testbed.core.state import RunLock, RunState
 
 err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,7 +41,7 @@ def _friendly(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from testbed.orchestrator import Interrupted
+        from testbed.run.orchestrator import Interrupted
 
         try:
             return fn(*args, **kwargs)
@@ -88,7 +88,7 @@ def kinds_() -> None:
 def schema(markdown: bool) -> None:
     """Print the JSON Schema of scenario files (for editors and CI validation)."""
     if markdown:
-        from testbed.reference import markdown as reference
+        from testbed.scenario.reference import markdown as reference
 
         click.echo(reference(), nl=False)
         return
@@ -182,7 +182,7 @@ def up(
     Exit codes: 0 done (and every expect: check passed; a held run ended by Ctrl-C too), 1 the
     run failed or this machine cannot run it, 2 bad input, 3 an expect: check failed, 130
     stopped by a signal."""
-    from testbed.orchestrator import run
+    from testbed.run.orchestrator import run
 
     hold_s = None
     if hold is not None:
@@ -212,8 +212,8 @@ def up(
         result = run(s, out=out, run_id=run_id, ui=ui, hold=hold_s, link_budget=link_budget)
         ui.done()
     run_dir = shown(result.run_dir)
-    from testbed import report as rp
-    from testbed.runs import Run
+    from testbed.core.runs import Run
+    from testbed.results import report as rp
 
     run = Run(run_dir)
     described = rp.describe_run(run) if run.instances() else None
@@ -233,8 +233,8 @@ def up(
 def budget_for(s: Any, progress: Callable[[str], None], held: bool = False) -> tuple[Any, Any]:
     """This machine's link budget for the scenario's link mode (measured once per boot, as
     root), and the scenario with `time_scale: auto` resolved by it."""
-    from testbed import budget_probe
-    from testbed.preflight import require_root
+    from testbed.network.preflight import require_root
+    from testbed.run import budget_probe
 
     require_root("testbed up")
     fitted, b = budget_probe.for_run(s, progress, held)
@@ -255,7 +255,7 @@ def shown(path: Path) -> Path:
 
 
 def _write_junit(path: Path, outcomes: list[Any], suite: str, run_dir: Path) -> None:
-    from testbed import expect
+    from testbed.scenario import expect
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(expect.junit(outcomes, suite, str(run_dir)))
@@ -266,7 +266,7 @@ def _expectations(
 ) -> None:
     """Print each check with what was measured, keep them in the run folder (`up`; `report`
     leaves the folder as it is), exit 3 on any failure."""
-    from testbed import expect
+    from testbed.scenario import expect
 
     outcomes = expect.verdict(s, summary)
     if keep:
@@ -303,7 +303,7 @@ def _report_expect(runs: tuple[Path, ...], expect_file: Path, junit: Path | None
         raise ScenarioError(
             f"{expect_file}: write an expect: list, e.g. expect: ['websearch.censored == 0']"
         )
-    from testbed.resolve import load_scenario_data
+    from testbed.scenario.resolve import load_scenario_data
 
     base = yaml.safe_load(scenario_path.read_text())
     base.pop("expect", None)
@@ -314,8 +314,8 @@ def _report_expect(runs: tuple[Path, ...], expect_file: Path, junit: Path | None
 
 def _plots_after_run(run_dir: Path) -> list[Path]:
     """Plots are a convenience: a plotting problem is reported, never fails the run."""
-    from testbed import report as rp
-    from testbed.runs import Run
+    from testbed.core.runs import Run
+    from testbed.results import report as rp
 
     try:
         plots = rp.plots_for(Run(run_dir))
@@ -341,7 +341,7 @@ def _recorded(show: Callable[[Console], Any]) -> Console:
 def _sweep_page(path: Path, name: str | None, agg: dict[str, Any], printed: Console) -> None:
     """The sweep's report as one HTML file beside sweep.json (report-NAME.html for a sweep
     named on the command line, as its plots have a folder of their own)."""
-    from testbed import htmlpage
+    from testbed.results import htmlpage
 
     r = agg["runs"]
     page = path / ("report.html" if name is None else f"report-{name}.html")
@@ -361,7 +361,7 @@ def _sweep_page(path: Path, name: str | None, agg: dict[str, Any], printed: Cons
 def _html_page(path: Path, runs: list[Any], printed: Console, plots: list[Path]) -> None:
     """The runs' report as one HTML file (htmlpage.py): what `printed` printed, the plots, the
     scenarios and warnings. A convenience like the plots: a problem is reported, never fails."""
-    from testbed import htmlpage
+    from testbed.results import htmlpage
 
     first = runs[0].summary
     title = (
@@ -463,9 +463,9 @@ def report(
     Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map
     (of the last sweep to run there, or --sweep NAME's). With --expect FILE, evaluate the
     checks in FILE on one RUN folder instead."""
-    from testbed import aggregate as ag
-    from testbed import report as rp
-    from testbed.runs import Run
+    from testbed.core.runs import Run
+    from testbed.results import aggregate as ag
+    from testbed.results import report as rp
 
     if as_html and (as_json or expect_file is not None):
         raise ScenarioError("--html: writes the tables' report; leave out --json and --expect")
@@ -520,8 +520,8 @@ def _report_sweep(
     aims: list[str],
     as_html: bool = False,
 ) -> None:
-    from testbed import aggregate as ag
-    from testbed.sweep import sweep_doc
+    from testbed.results import aggregate as ag
+    from testbed.results.sweep import sweep_doc
 
     doc = sweep_doc(path, name)
     if not doc["spec"].get("compare"):
@@ -630,8 +630,8 @@ def sweep(
     every finished one), so a long sweep can be run in parts. With `aims:`, the verdicts are
     printed at the end and kept in sweep.json; with `seeds: {until: decided}`, seeds are added
     in rounds until every aim is decided, `max` seeds ran or --budget is spent."""
-    from testbed import sweep as sw
-    from testbed.units import parse_duration
+    from testbed.core.units import parse_duration
+    from testbed.results import sweep as sw
 
     spec = sw.load_spec(sweep_file)
     planned = isinstance(spec.seeds, sw.SeedPlan)
@@ -653,8 +653,8 @@ def sweep(
         kept = sw.only_points(spec, points, only) if only else None
         _print_dry_run(spec, [p for p in points if kept is None or p.index in kept], out)
         return
-    from testbed.orchestrator import run
-    from testbed.preflight import require_root
+    from testbed.network.preflight import require_root
+    from testbed.run.orchestrator import run
 
     require_root("testbed sweep")
     _console_logging(verbose, quiet=not verbose)
@@ -669,7 +669,7 @@ def sweep(
     def run_round(points: list[Any]) -> list[Any]:
         kept = sw.only_points(spec, points, only) if only else None
         if swarm:
-            from testbed.swarm import run as swarm_run
+            from testbed.results.swarm import run as swarm_run
 
             with views.sweep_progress(err_console) as progress:
                 outcomes = swarm_run.sweep(
@@ -685,7 +685,7 @@ def sweep(
             return sw.run_sweep(spec, points, out, run_one, views.SweepUI(progress), kept)
 
     if planned:
-        from testbed.decide import run_until_decided
+        from testbed.results.decide import run_until_decided
 
         d = run_until_decided(spec, sweep_file, out, run_round, budget_s, err_console.print)
         ended = {"decided": "every aim decided", "max": "the plan's max reached",
@@ -700,14 +700,14 @@ def sweep(
 def _sweep_done(spec: Any, points: list[Any], outcomes: list[Any], out: Path) -> None:
     """The sweep's last lines (its verdicts, where it has aims), and its exit: 1 if a run
     failed, 3 if a check failed."""
-    from testbed.sweep import NOT_RUN
+    from testbed.results.sweep import NOT_RUN
 
     ran = [o for o in outcomes if o.status in ("ok", "failed")]
     failed = [o for o in outcomes if o.status == "failed"]
     unmet = [o for o in outcomes if o.failed_checks]
     left = sum(o.status == NOT_RUN for o in outcomes)
     if spec.aims and (out / "sweep.json").is_file():
-        from testbed.aggregate import record_verdicts
+        from testbed.results.aggregate import record_verdicts
 
         # a seed plan's rounds recorded theirs with how they ended (decide.py)
         v = _doc(out).get("verdicts") or record_verdicts(out, spec.name)
@@ -779,8 +779,8 @@ def _print_dry_run(spec: Any, points: list[Any], out: Path) -> None:
 def _print_cost(spec: Any, points: list[Any], out: Path) -> None:
     """The expected cost from the points already run in `out` (their mean wall time, setup
     and teardown included): of what is left, and for a seed plan at its min and its max."""
-    from testbed.decide import mean_wall
-    from testbed.sweep import SeedPlan, finished_runs
+    from testbed.results.decide import mean_wall
+    from testbed.results.sweep import SeedPlan, finished_runs
 
     per_run = mean_wall(out)
     if per_run is None:
@@ -805,8 +805,8 @@ def _print_cost(spec: Any, points: list[Any], out: Path) -> None:
 def _real_time(s: Any) -> float | None:
     """A point's run time on this machine's clock; `time_scale: auto` by the link budget kept
     since this boot (None: not measured yet, so not known until the point runs)."""
-    from testbed import budget
-    from testbed.dilation import wall_duration
+    from testbed.scenario import budget
+    from testbed.scenario.dilation import wall_duration
 
     if s.time_scale == "auto":
         b = budget.cached(s.topology.link_mode)
@@ -824,8 +824,8 @@ def _real_time(s: Any) -> float | None:
 def cluster_(probe: bool) -> None:
     """Show the Docker Swarm this machine manages: its nodes, which can run sweep points, and
     which point runs where (`testbed sweep FILE --swarm` runs them; docs/swarm.md)."""
-    from testbed.swarm import cluster, dispatch
-    from testbed.swarm.image import Registry, runner_image
+    from testbed.results.swarm import cluster, dispatch
+    from testbed.results.swarm.image import Registry, runner_image
 
     c = cluster.client()
     manager = cluster.manager_address(c)
@@ -876,9 +876,9 @@ def images() -> None:
 def images_build(base: str | None, force: bool) -> None:
     """Build the node image: Debian bookworm, Python, torch (CPU), Horovod and testbed itself.
     The tag carries a hash of what went in, so an unchanged image is not rebuilt."""
-    from testbed.images import build_images
-    from testbed.preflight import require_root
-    from testbed.runtime.engine import client
+    from testbed.network.images import build_images
+    from testbed.network.preflight import require_root
+    from testbed.network.runtime.engine import client
 
     require_root("testbed images build")
     engine = client()
@@ -893,7 +893,7 @@ def images_build(base: str | None, force: bool) -> None:
 def _down_recorded(st: RunState, force: bool) -> tuple[int, bool]:
     """One run with a state file: torn down unless it is alive (--force stops it first);
     one its guardian is tearing down is waited for. (runs cleaned, whether something failed)"""
-    from testbed.state import RunLock
+    from testbed.core.state import RunLock
 
     lock = RunLock(st.run_id)
     if st.alive():
@@ -930,8 +930,8 @@ def _down_recorded(st: RunState, force: bool) -> tuple[int, bool]:
 
 def _down_locked(st: RunState, lock: RunLock) -> tuple[int, bool]:
     """The ending of a dead run (ending.py), its lock held; the record read again under it."""
-    from testbed.ending import end_run
-    from testbed.state import RunState
+    from testbed.core.state import RunState
+    from testbed.run.ending import end_run
 
     try:
         now = RunState.load(st.path)
@@ -957,7 +957,7 @@ def _down_locked(st: RunState, lock: RunLock) -> tuple[int, bool]:
 def _down_labelled(wanted: set[str]) -> tuple[int, bool]:
     """What a runtime finds by its own labels (containers carry their run id): a run whose
     state file is gone still has those found, and only those testbed labelled."""
-    from testbed.runtime import registry as runtimes
+    from testbed.network.runtime import registry as runtimes
 
     cleaned, failed = 0, False
     for kind in runtimes.RUNTIMES.values():
@@ -982,7 +982,7 @@ def _down_strays(wanted: set[str]) -> tuple[int, bool]:
     exists, so no run that has one can own them. Still, down deletes what a record names:
     these it reports, and removes only for a run the user names (a dead probe's carries its
     process id, so it is removed)."""
-    from testbed.runtime import registry as runtimes
+    from testbed.network.runtime import registry as runtimes
 
     cleaned, failed = 0, False
     for rid, names in runtimes.strays().items():
@@ -1018,8 +1018,8 @@ def down(force: bool, run_ids: tuple[str, ...]) -> None:
     Only objects recorded in a run's state file are touched, containers that carry testbed's
     labels and names for a run that is not alive, and namespaces and interfaces named as
     testbed names them for a run that has no state file. Idempotent."""
-    from testbed.preflight import require_root
-    from testbed.state import all_states
+    from testbed.core.state import all_states
+    from testbed.network.preflight import require_root
 
     require_root("testbed down")
     wanted = set(run_ids)
@@ -1050,7 +1050,7 @@ def exec_(run_id: str | None, host: str, command: tuple[str, ...]) -> None:
 
     Its input, output and exit status are the command's own. An argument that is exactly a
     host's name stands for that host's data address. Teardown ends whatever it started."""
-    from testbed.access import run_in_host
+    from testbed.run.access import run_in_host
 
     cmd = list(command)
     if cmd[:1] == ["--"]:  # click keeps the separator among unprocessed arguments
@@ -1064,7 +1064,7 @@ def exec_(run_id: str | None, host: str, command: tuple[str, ...]) -> None:
 @_friendly
 def shell(run_id: str | None, host: str) -> None:
     """An interactive shell inside HOST of a live run (exit it to come back)."""
-    from testbed.access import run_in_host
+    from testbed.run.access import run_in_host
 
     run_in_host(run_id, host, [], shell=True)
 
@@ -1073,7 +1073,7 @@ def shell(run_id: str | None, host: str) -> None:
 @_friendly
 def status() -> None:
     """List runs that exist on this machine (live, or dead and awaiting `testbed down`)."""
-    from testbed.state import RunLock, all_states
+    from testbed.core.state import RunLock, all_states
 
     states = all_states()
     if not states:

@@ -110,7 +110,7 @@ def wait_for_quiet(
 
 def machine_steal_over(seconds: float) -> float | None:
     """The hypervisor's share of this machine's CPU over the next `seconds` (/proc/stat)."""
-    from testbed import hostcpu
+    from testbed.core import hostcpu
 
     before = hostcpu.read()
     time.sleep(seconds)

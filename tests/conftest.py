@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if os.geteuid() != 0:
                 item.add_marker(pytest.mark.skip(reason="integration tests need root"))
         elif parts[0] == "gpu":
-            from testbed.preflight import visible_gpus
+            from testbed.network.preflight import visible_gpus
 
             item.add_marker(pytest.mark.gpu)
             if os.geteuid() != 0:
@@ -105,7 +105,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    from testbed import hostcpu
+    from testbed.core import hostcpu
 
     before = hostcpu.read()
     yield

@@ -20,5 +20,5 @@ def data_addresses(kind: str, hosts: int, leaves: int = 1, spines: int = 1) -> i
 
 def with_class_addresses(hosts: int, classes: int) -> int:
     """Addresses a single-ToR data prefix must span when a job gives its transfers classes of
-    their own (training/per_transfer.py): every host one more address per class."""
+    their own (training/policies/per_transfer.py): every host one more address per class."""
     return (1 + classes) * hosts + 2

@@ -1,6 +1,6 @@
 """The field types every part of a scenario is written in: rates, durations, sizes and
 percentages as a user types them ("100mbit", "10us", "6.28MB", "12.5%"), parsed by
-testbed.units (the one source of truth; the JSON Schema patterns come from the parsers' own
+testbed.core.units (the one source of truth; the JSON Schema patterns come from the parsers' own
 unit tables, so editors accept the same spellings), and the error that names a field's path.
 
 Shared by the schema (scenario.py) and every workload kind's configuration, which is why it
@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, ConfigDict, PlainSerializer, WithJsonSchema
 
-from testbed.units import (
+from testbed.core.units import (
     DURATION_PATTERN,
     PERCENT_PATTERN,
     RATE_PATTERN,

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ScenarioError
+from testbed.core.errors import ScenarioError
 
 
 class Run:

@@ -7,7 +7,7 @@ deletes exactly those objects, tolerating ones that never came to be. State live
 
 Beside each state file lies a lock file, `<id>.lock`, held (flock) by whoever owns the run's
 objects: the orchestrator from the moment it claims the id until its teardown is done, then
-its guardian (testbed/guardian.py) or `testbed down` if the orchestrator died first. The kernel
+its guardian (testbed/run/guardian.py) or `testbed down` if the orchestrator died first. The kernel
 drops a flock when its holder dies, however it dies, so "the lock is free" means "nobody is
 working on this run", and two teardowns of one run can never overlap. Claiming an id is
 atomic: the state file is created exclusively, under a lock over the whole state folder that
@@ -45,7 +45,7 @@ class RunState:
     run_id: str
     scenario: str
     out_dir: str
-    # a state file written before runtimes were recorded: runtime/declared.py's DEFAULT (not
+    # a state file written before runtimes were recorded: scenario/runtimes.py's DEFAULT (not
     # imported: the guardian reads this module, and pydantic would double its start)
     runtime: str = "netns"
     pid: int = field(default_factory=os.getpid)
@@ -127,7 +127,7 @@ class RunState:
             stat = Path(f"/proc/{self.guardian_pid}/stat").read_text()
         except OSError:
             return False
-        ours = b"testbed.guardian\0" + self.run_id.encode() + b"\0" in cmd
+        ours = b"testbed.run.guardian\0" + self.run_id.encode() + b"\0" in cmd
         return ours and stat.rsplit(")", 1)[1].split()[0] != "Z"
 
     def wait_for_guardian(self, timeout: float = 10.0) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import typing
 from typing import Annotated, Any, TypedDict
 
-from testbed import tcpstats
+from testbed.core import tcpstats
 
 CLASS = "<class>"  # in a unit shape: any of the scenario's tc profile classes
 AnyName = Annotated[str, "*"]  # a mapping's key that is any name (a workload instance's)
@@ -88,7 +88,7 @@ class LinkBudget(TypedDict):  # budget.py; null where no budget was given
     fitting_time_scale: Count
 
 
-class Queues(TypedDict):  # metrics/session.py: the ports' queues together, sampled
+class Queues(TypedDict):  # run/metrics.py: the ports' queues together, sampled
     limit_packets: Count
     samples: Count
     samples_over_limit: Count

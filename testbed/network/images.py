@@ -36,7 +36,7 @@ from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from testbed.errors import EnvironmentProblem
+from testbed.core.errors import EnvironmentProblem
 
 NODE_PYTHON = "/opt/testbed/venv/bin/python"
 """The interpreter of the node image: its venv holds testbed, torch and Horovod."""
@@ -46,13 +46,13 @@ BASE_REPO = "testbed-base"
 LABEL = "testbed.image"  # "node" or "base"
 LABEL_HASH = "testbed.hash"
 
-SOURCE_ROOT = Path(__file__).resolve().parents[1]
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = SOURCE_ROOT / "images" / "node.Dockerfile"
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"  # TESTBED_DEBIAN_MIRROR overrides
 # Everything apt would install goes in here, so the docker build needs no network.
-# iptables: the training kinds' DSCP rule, in a swarm point's run (testbed/swarm/image.py)
+# iptables: the training kinds' DSCP rule, in a swarm point's run (testbed/results/swarm/image.py)
 DEBIAN_PACKAGES = (
     "python3", "python3-venv", "iproute2", "iputils-ping", "procps", "iperf3", "iptables",
 )  # fmt: skip

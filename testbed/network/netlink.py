@@ -25,7 +25,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-from testbed.errors import RunFailure
+from testbed.core.errors import RunFailure
 
 NETLINK_ROUTE = 0
 NETLINK_EXT_ACK = 11

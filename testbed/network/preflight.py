@@ -15,12 +15,12 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from testbed import hostcpu
-from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.runtime.kernel_probe import HOW, Capabilities, probe
-from testbed.scenario import TCP_MACHINE, Scenario
-from testbed.state import STATE_DIR, RunState, all_states
-from testbed.topology import CLASSIC_RECOVERY, name_of
+from testbed.core import hostcpu
+from testbed.core.errors import EnvironmentProblem, ScenarioError
+from testbed.core.state import STATE_DIR, RunState, all_states
+from testbed.network.runtime.kernel_probe import HOW, Capabilities, probe
+from testbed.scenario.schema import TCP_MACHINE, Scenario
+from testbed.scenario.topology import CLASSIC_RECOVERY, name_of
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def tcp_rto_initial(s: Scenario) -> float | None:
     init = s.topology.tcp_rto_initial
     if init is None:
         return None
-    from testbed.shaping.sockops import NamespaceTimers
+    from testbed.network.shaping.sockops import NamespaceTimers
 
     try:
         NamespaceTimers(rto_init_us=round(init * 1e6)).open().close()

@@ -20,12 +20,19 @@ import math
 from pathlib import Path
 from typing import Any
 
-from testbed import aims as aims_mod
-from testbed.aims import t95
-from testbed.errors import ScenarioError
-from testbed.report import comparable, hooks, reported
-from testbed.runs import Run, pct_change
-from testbed.sweep import SweepSpec, axis_values, cell_axes, short_name, sweep_doc, sweeps_in
+from testbed.core.errors import ScenarioError
+from testbed.core.runs import Run, pct_change
+from testbed.results.report import comparable, hooks, reported
+from testbed.results.sweep import (
+    SweepSpec,
+    axis_values,
+    cell_axes,
+    short_name,
+    sweep_doc,
+    sweeps_in,
+)
+from testbed.scenario import aims as aims_mod
+from testbed.scenario.aims import t95
 from testbed.workloads.reporting import MatchedChange
 
 
@@ -287,7 +294,7 @@ def _plot_map(
     y_axis: str,
     out: Path,
 ) -> Path:
-    from testbed.runs import pyplot
+    from testbed.core.runs import pyplot
 
     plt = pyplot()
     import matplotlib.colors as mcolors
@@ -342,7 +349,7 @@ def plot_tradeoff(agg: dict[str, Any], out: Path) -> Path | None:
     y_key = next((k for k in sorted(figures) if k.rsplit(".", 1)[-1] == "small"), None)
     if x_key is None or y_key is None:
         return None
-    from testbed.runs import pyplot
+    from testbed.core.runs import pyplot
 
     plt = pyplot()
     axis = agg["compare"]["axis"]

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.aggregate import record_verdicts
-from testbed.sweep import (
+from testbed.results.aggregate import record_verdicts
+from testbed.results.sweep import (
     Outcome,
     Point,
     SeedPlan,

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.runs import Run, fmt_pct, legacy, pct_change, pyplot
+from testbed.core.runs import Run, fmt_pct, legacy, pct_change, pyplot
 from testbed.workloads import kinds
 from testbed.workloads.registry import load
 from testbed.workloads.reporting import ReportHooks

@@ -46,12 +46,12 @@ from pydantic import (
     model_validator,
 )
 
-from testbed import aims as aims_mod
-from testbed import expect
-from testbed.errors import EnvironmentProblem, ScenarioError, TestbedError
-from testbed.resolve import load_scenario, with_overrides
-from testbed.runs import instances
-from testbed.scenario import Scenario, format_validation_error
+from testbed.core.errors import EnvironmentProblem, ScenarioError, TestbedError
+from testbed.core.runs import instances
+from testbed.scenario import aims as aims_mod
+from testbed.scenario import expect
+from testbed.scenario.resolve import load_scenario, with_overrides
+from testbed.scenario.schema import Scenario, format_validation_error
 from testbed.workloads import kinds
 from testbed.workloads.registry import load
 from testbed.workloads.reporting import SweepColumns
@@ -626,7 +626,7 @@ def run_sweep(
     """Run every point not finished before (of those in `only`, the indices `--only` keeps;
     None: all). `run_one(scenario, run_dir, point_ui)` runs one point and returns its summary
     (raising TestbedError on failure, Interrupted on Ctrl-C)."""
-    from testbed.orchestrator import Interrupted
+    from testbed.run.orchestrator import Interrupted
 
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)

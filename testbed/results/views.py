@@ -75,7 +75,7 @@ def cell(v: Any) -> str:
 
 
 def spread_text(s: dict[str, Any]) -> str:
-    from testbed.runs import fmt_pct
+    from testbed.core.runs import fmt_pct
 
     if s["mean"] is None:
         return "–"
@@ -199,7 +199,7 @@ def fmt_duration(seconds: float) -> str:
 
 def compare_table(agg: dict[str, Any]) -> Table:
     """A compared sweep (aggregate.py's document): each cell's change against the baseline."""
-    from testbed.sweep import short_name
+    from testbed.results.sweep import short_name
 
     cmp = agg["compare"]
     t = Table(
@@ -255,7 +255,7 @@ def points_table(doc: dict[str, Any]) -> Table:
 def verdict_table(v: dict[str, Any]) -> Table:
     """A sweep's aims judged (aggregate.verdicts): per cell, value and aim, each seed's paired
     figure, the mean with its 95 % interval, and the verdict."""
-    from testbed.sweep import short_name
+    from testbed.results.sweep import short_name
 
     seeds = v.get("seeds") or []
     until = v.get("until")

@@ -15,9 +15,9 @@ import os
 import sys
 from typing import Any
 
-from testbed.errors import ScenarioError
-from testbed.runtime import registry as runtimes
-from testbed.state import RunState, all_states
+from testbed.core.errors import ScenarioError
+from testbed.core.state import RunState, all_states
+from testbed.network.runtime import registry as runtimes
 
 
 def live_run(run_id: str | None) -> RunState:
@@ -71,7 +71,7 @@ def shell_command(st: RunState, host: dict[str, Any]) -> list[str]:
 
 def run_in_host(run_id: str | None, name: str, command: list[str], shell: bool = False) -> None:
     """exec: never returns."""
-    from testbed.preflight import require_root
+    from testbed.network.preflight import require_root
 
     require_root("testbed exec")
     st = live_run(run_id)

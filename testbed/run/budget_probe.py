@@ -19,11 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from testbed import budget
-from testbed.budget import Budget
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
-from testbed.scenario import Scenario
+from testbed.run.orchestrator import run
+from testbed.scenario import budget
+from testbed.scenario.budget import Budget
+from testbed.scenario.resolve import load_scenario_data
+from testbed.scenario.schema import Scenario
 from testbed.workloads import kinds
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from testbed.runtime import registry as runtimes
-from testbed.state import RunLock, RunState
+from testbed.core.state import RunLock, RunState
+from testbed.network.runtime import registry as runtimes
 
 
 @dataclass(frozen=True)

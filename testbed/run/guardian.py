@@ -10,7 +10,7 @@ the guardian exits at once; after a kill -9 (or a crash, or an OOM kill) it find
 file, finishes the teardown the orchestrator would have done, notes it in the run folder, and
 leaves the state file for `testbed down` only if something would not go away.
 
-    python -m testbed.guardian RUN_ID PID PID_START
+    python -m testbed.run.guardian RUN_ID PID PID_START
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.state import RunLock, RunState
+from testbed.core.state import RunLock, RunState
 
 
 def _note(out_dir: str, line: str) -> None:
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
     if (st.pid, st.pid_start) != (pid, pid_start):
         lock.release()  # the id names a later run now; not ours
         return 0
-    from testbed.ending import end_run
+    from testbed.run.ending import end_run
 
     phase = st.phase
     st.set_phase("torn down by its guardian")

@@ -16,21 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed import hostcpu, preflight, tcpstats
-from testbed.errors import RunFailure
-from testbed.metrics.session import MetricsSession
-from testbed.runtime.base import Runtime
-from testbed.scenario import Scenario
-from testbed.shaping.apply import apply_plans
-from testbed.shaping.plan import InterfacePlan, LinkSpec, plan_links
-from testbed.shaping.shared_limit import Counters
-from testbed.shaping.sockops import NamespaceTimers, netns_cookie
-from testbed.shaping.stats import over_cap
-from testbed.state import RunState
-from testbed.stopping import StopFlag, checkpoint
-from testbed.summary import Summary
-from testbed.topology import TopologyPlan
-from testbed.window import Window
+from testbed.core import hostcpu, tcpstats
+from testbed.core.errors import RunFailure
+from testbed.core.state import RunState
+from testbed.core.stopping import StopFlag, checkpoint
+from testbed.core.summary import Summary
+from testbed.core.window import Window
+from testbed.network import preflight
+from testbed.network.runtime.base import Runtime
+from testbed.network.shaping.apply import apply_plans
+from testbed.network.shaping.plan import InterfacePlan, LinkSpec, plan_links
+from testbed.network.shaping.shared_limit import Counters
+from testbed.network.shaping.sockops import NamespaceTimers, netns_cookie
+from testbed.network.shaping.stats import over_cap
+from testbed.run.metrics import MetricsSession
+from testbed.scenario.schema import Scenario
+from testbed.scenario.topology import TopologyPlan
 from testbed.workloads import kinds
 from testbed.workloads.controller import Context
 from testbed.workloads.registry import load

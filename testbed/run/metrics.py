@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.metrics.exporters import QdiscCollector, orchestrator_exporter
-from testbed.metrics.prometheus import ExternalTargets, Prometheus, cross_check
-from testbed.scenario import Scenario
-from testbed.shaping.plan import InterfacePlan
-from testbed.shaping.stats import frames_queued
-from testbed.topology import TopologyPlan
+from testbed.core.exporters import QdiscCollector, orchestrator_exporter
+from testbed.network.shaping.plan import InterfacePlan
+from testbed.network.shaping.stats import frames_queued
+from testbed.run.prometheus import ExternalTargets, Prometheus, cross_check
+from testbed.scenario.schema import Scenario
+from testbed.scenario.topology import TopologyPlan
 
 log = logging.getLogger(__name__)
 # backlog: bytes queued at the sample; queued: frames queued, i.e. packets, or on fast links the
@@ -164,7 +164,7 @@ class MetricsSession:
 
     def check(self) -> None:
         if isinstance(self.sink, Prometheus) and not self.sink.alive():
-            from testbed.errors import RunFailure
+            from testbed.core.errors import RunFailure
 
             raise RunFailure("prometheus exited during the run; see prometheus.log")
 

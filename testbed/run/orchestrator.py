@@ -19,18 +19,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testbed import budget, dilation, expect, hostcpu, preflight
-from testbed.budget import Budget
-from testbed.ending import end_run
-from testbed.errors import RunFailure, ScenarioError, TestbedError
-from testbed.live import UI, LiveRun, QuietUI, devices
-from testbed.resolve import wall_scenario
-from testbed.runtime import registry as runtimes
-from testbed.scenario import Scenario, dump_scenario
-from testbed.state import RunLock, RunState, all_states, claiming
-from testbed.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
-from testbed.topology import build_plan, names_for, new_run_id, valid_run_id
-from testbed.units import format_rate
+from testbed.core import hostcpu
+from testbed.core.errors import RunFailure, ScenarioError, TestbedError
+from testbed.core.state import RunLock, RunState, all_states, claiming
+from testbed.core.stopping import Interrupted, StopFlag, checkpoint, signals_flag, signals_ignored
+from testbed.core.units import format_rate
+from testbed.network import preflight
+from testbed.network.runtime import registry as runtimes
+from testbed.run.ending import end_run
+from testbed.run.live import UI, LiveRun, QuietUI, devices
+from testbed.scenario import budget, dilation, expect
+from testbed.scenario.budget import Budget
+from testbed.scenario.resolve import wall_scenario
+from testbed.scenario.schema import Scenario, dump_scenario
+from testbed.scenario.topology import build_plan, names_for, new_run_id, valid_run_id
 
 log = logging.getLogger("testbed")
 
@@ -76,7 +78,7 @@ class Claim:
 
     def start_guardian(self) -> None:
         self.guardian = subprocess.Popen(
-            [sys.executable, "-m", "testbed.guardian", self.state.run_id,
+            [sys.executable, "-m", "testbed.run.guardian", self.state.run_id,
              str(self.state.pid), str(self.state.pid_start)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,  # not in the terminal's process group: Ctrl-C misses it

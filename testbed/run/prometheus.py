@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import EnvironmentProblem, RunFailure
-from testbed.state import proc_start_time
-from testbed.stopping import checkpoint
+from testbed.core.errors import EnvironmentProblem, RunFailure
+from testbed.core.state import proc_start_time
+from testbed.core.stopping import checkpoint
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 30.0

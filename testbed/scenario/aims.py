@@ -188,7 +188,7 @@ def _named(text: str | None, values: list[str], baseline: str, i: int) -> tuple[
 
 def check_paths(aims: list[Aim], scenario: Any, where: str) -> None:
     """Every aim names a number the scenario's runs write (as `expect:` checks it)."""
-    from testbed import expect
+    from testbed.scenario import expect
 
     template = expect.template_for(scenario)
     classes = scenario.tc_profile.class_names

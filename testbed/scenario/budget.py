@@ -45,14 +45,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.paths import ack_efficiency
-from testbed.resolve import with_overrides
-from testbed.state import STATE_DIR
-from testbed.units import format_rate
+from testbed.core.paths import ack_efficiency
+from testbed.core.state import STATE_DIR
+from testbed.core.units import format_rate
+from testbed.scenario.resolve import with_overrides
 from testbed.workloads import kinds
 
 if TYPE_CHECKING:
-    from testbed.scenario import Scenario
+    from testbed.scenario.schema import Scenario
 
 BUDGET_CACHE = STATE_DIR / ".link-budget"  # no .json: all_states() reads those
 # Below this much wire rate in all (this machine's clock), a scenario is not worth the probe's

@@ -33,11 +33,11 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.summary import CLASS
+from testbed.core.summary import CLASS
 from testbed.workloads import kinds
 
 if TYPE_CHECKING:
-    from testbed.scenario import Scenario
+    from testbed.scenario.schema import Scenario
 
 
 def wall_overrides(s: Scenario) -> dict[str, Any]:

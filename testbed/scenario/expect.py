@@ -28,14 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from testbed.summary import CLASS, units
-from testbed.units import (
-    format_duration,
-    format_size,
-    parse_duration,
-    parse_rate,
-    parse_size,
-)
+from testbed.core.summary import CLASS, units
+from testbed.core.units import format_duration, format_size, parse_duration, parse_rate, parse_size
 
 # The unit of each number of the summary, declared with its type (summary.py); the sections
 # of workload instances come from their kinds.

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from testbed.runtime.declared import with_options
-from testbed.scenario import json_schema
-from testbed.units import (
+from testbed.core.units import (
     DURATION_PATTERN,
     PERCENT_PATTERN,
     RATE_PATTERN,
@@ -20,6 +18,8 @@ from testbed.units import (
     format_rate,
     format_size,
 )
+from testbed.scenario.runtimes import with_options
+from testbed.scenario.schema import json_schema
 from testbed.workloads import kinds
 
 UNITS = {

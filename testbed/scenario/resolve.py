@@ -15,12 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from testbed import dilation, expect
-from testbed.errors import ScenarioError
-from testbed.fields import FieldProblem
-from testbed.fields import path as field_path
-from testbed.scenario import Scenario, apply_overrides, read_yaml, validate
-from testbed.units import format_duration, format_rate
+from testbed.core.errors import ScenarioError
+from testbed.core.fields import FieldProblem
+from testbed.core.fields import path as field_path
+from testbed.core.units import format_duration, format_rate
+from testbed.scenario import dilation, expect
+from testbed.scenario.schema import Scenario, apply_overrides, read_yaml, validate
 from testbed.workloads import kinds
 from testbed.workloads.base import Placement
 from testbed.workloads.registry import load

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from testbed.fields import STRICT, Size
+from testbed.core.fields import STRICT, Size
 
 
 class DockerOptions(BaseModel):

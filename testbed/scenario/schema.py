@@ -3,7 +3,7 @@
 This module validates: every field, its bounds, and what can be checked within the scenario
 (a tc profile by name becomes the profile itself; a workload instance is checked by its
 kind's own model). What needs more of testbed (derived values, prefixes that depend on the
-machine, expectations, time dilation) is the next step, testbed.resolve, which is also where
+machine, expectations, time dilation) is the next step, testbed.scenario.resolve, which is also where
 scenarios are loaded from files.
 """
 
@@ -29,21 +29,21 @@ from pydantic import (
     model_validator,
 )
 
-from testbed import summary
-from testbed.addressing import data_addresses
-from testbed.errors import ScenarioError
-from testbed.fields import STRICT as _Strict
-from testbed.fields import Duration, FieldProblem, Percent, Rate, Size
-from testbed.fields import path as field_path
-from testbed.runtime.declared import DECLARED, with_options
-from testbed.runtime.declared import DEFAULT as DEFAULT_RUNTIME
-from testbed.runtime.declared import names as runtime_names
-from testbed.shaping.profile import TcProfile, load_profile_data
-from testbed.units import format_duration
-from testbed.window import Window
+from testbed.core import summary
+from testbed.core.addressing import data_addresses
+from testbed.core.errors import ScenarioError
+from testbed.core.fields import STRICT as _Strict
+from testbed.core.fields import Duration, FieldProblem, Percent, Rate, Size
+from testbed.core.fields import path as field_path
+from testbed.core.profile import TcProfile, load_profile_data
+from testbed.core.units import format_duration
+from testbed.core.window import Window
+from testbed.scenario.runtimes import DECLARED, with_options
+from testbed.scenario.runtimes import DEFAULT as DEFAULT_RUNTIME
+from testbed.scenario.runtimes import names as runtime_names
 from testbed.workloads.kinds import KINDS, get
 
-# Validation calls the unit parsers (testbed.units, through testbed.fields), the one source of
+# Validation calls the unit parsers (testbed.core.units, through testbed.core.fields), the one source of
 # truth; the JSON Schema patterns are built from the parsers' own unit tables.
 TCP_RENO = "reno"  # the default: the kin of the thesis' ns-3 NewReno, and it fills its queue
 TCP_MACHINE = "machine"  # topology.tcp: keep this machine's default (new namespaces copy it)
@@ -510,13 +510,13 @@ class Metrics(BaseModel):
         return self
 
 
-# a runtime's name, as runtime/declared.py declares them
+# a runtime's name, as scenario/runtimes.py declares them
 RuntimeName = Literal[runtime_names()]  # type: ignore[valid-type]
 
 
 class _ScenarioFields(BaseModel):
     """Every field but the runtimes' own sections, which `Scenario` below adds from
-    runtime/declared.py (a key named after each runtime that has options)."""
+    scenario/runtimes.py (a key named after each runtime that has options)."""
 
     model_config = _Strict
 
@@ -787,7 +787,7 @@ def format_validation_error(e: ValidationError, source: str) -> str:
 
 def validate(data: Any, source: str, base_dir: Path | None = None) -> Scenario:
     """The schema's check of a scenario mapping: every field and its bounds; what needs other
-    parts of testbed (derived values, expectations) is testbed.resolve's. ScenarioError: one
+    parts of testbed (derived values, expectations) is testbed.scenario.resolve's. ScenarioError: one
     line naming the field."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a YAML mapping with name, topology, ...")

@@ -40,11 +40,11 @@ import string
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from testbed.addressing import leaf_block
-from testbed.scenario import TCP_MACHINE, TCP_TIMESTAMP_OPTION
+from testbed.core.addressing import leaf_block
+from testbed.scenario.schema import TCP_MACHINE, TCP_TIMESTAMP_OPTION
 
 if TYPE_CHECKING:
-    from testbed.scenario import Scenario
+    from testbed.scenario.schema import Scenario
 
 RUN_ID_LEN = 6
 Direction = Literal["up", "down"]
@@ -388,7 +388,7 @@ def single_tor(s: Scenario, run_id: str) -> TopologyPlan:
 def class_address(t: TopologyPlan, h: Host, cls: int) -> ipaddress.IPv4Address:
     """Host `h`'s data address for the traffic of tc class number `cls` (its place in the
     profile, highest first) of a job whose transfers use several classes, each over
-    connections of its own address (training/per_transfer.py): the data prefix after the
+    connections of its own address (training/policies/per_transfer.py): the data prefix after the
     hosts' own addresses, one block of a host each per class (addressing.with_class_addresses
     says the prefix has room). Single ToR only: its switch bridges the whole prefix, so any
     address of it reaches the host; a leaf routes only its hosts' own."""

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from testbed.fields import STRICT, Duration, FieldProblem
-from testbed.shaping.profile import Dscp
+from testbed.core.fields import STRICT, Duration, FieldProblem
+from testbed.core.profile import Dscp
 
 
 def refuse_moved(data: Any, keys: tuple[str, ...]) -> Any:

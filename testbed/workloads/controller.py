@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import RunFailure
-from testbed.runtime.base import Launch, NodeProcess, Runtime
-from testbed.scenario import Scenario
-from testbed.stopping import checkpoint
-from testbed.topology import Host, TopologyPlan
-from testbed.window import Window
+from testbed.core.errors import RunFailure
+from testbed.core.stopping import checkpoint
+from testbed.core.window import Window
+from testbed.network.runtime.base import Launch, NodeProcess, Runtime
+from testbed.scenario.schema import Scenario
+from testbed.scenario.topology import Host, TopologyPlan
 from testbed.workloads.procs import present, stop_all
 
 log = logging.getLogger(__name__)

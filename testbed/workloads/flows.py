@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from testbed import tcpstats
-from testbed.metrics.exporters import start_node_exporter
-from testbed.window import Window, wait_for_go
+from testbed.core import tcpstats
+from testbed.core.exporters import start_node_exporter
+from testbed.core.window import Window, wait_for_go
 
 HEADER = struct.Struct("!Q")
 CHUNK = 64 * 1024

@@ -4,8 +4,8 @@ of a job's transfers, by the class's addresses."""
 
 from __future__ import annotations
 
-from testbed.errors import EnvironmentProblem
-from testbed.runtime.base import Runtime
+from testbed.core.errors import EnvironmentProblem
+from testbed.network.runtime.base import Runtime
 
 
 def mark_group(
@@ -39,7 +39,7 @@ def mark_addresses(
 ) -> None:
     """Mark with `dscp` every packet out of `ifname` in namespace `ns` from address `own` or
     to one of `peers`: the connections of one class of a job whose transfers use several
-    (training/per_transfer.py), each class over addresses of its own. Both directions,
+    (training/policies/per_transfer.py), each class over addresses of its own. Both directions,
     because Gloo's connecting side does not bind its source: its packets carry the host's
     primary address and are known by their destination, the accepting side's by their
     source. Appended after the job's group rule (mark_group), so they override its DSCP."""

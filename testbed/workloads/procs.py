@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from testbed.runtime.base import NodeProcess
+from testbed.network.runtime.base import NodeProcess
 
 
 def present(markers: Iterable[Path]) -> int:

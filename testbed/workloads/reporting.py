@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from rich.console import Console
 
-# testbed.runs.Run and testbed.scenario.Scenario sit in layers above this one, so the protocols
+# testbed.core.runs.Run and testbed.scenario.schema.Scenario sit in layers above this one, so the protocols
 # cannot import them; the aliases keep the signatures readable (and equal to the modules').
 Run = Any
 Scenario = Any

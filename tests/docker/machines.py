@@ -20,7 +20,7 @@ from typing import Any
 
 import docker
 
-from testbed.images import base_tag, cache_dir, ensure_node_image
+from testbed.network.images import base_tag, cache_dir, ensure_node_image
 
 LABEL = "testbed.machine"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.images import ensure_node_image
-from testbed.runtime.engine import client
+from testbed.network.images import ensure_node_image
+from testbed.network.runtime.engine import client
 from tests.integration.test_benchmarks import last_json, quick
 from tests.needs import need
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from testbed.images import ensure_node_image
-from testbed.metrics.prometheus import scalar
-from testbed.resolve import load_scenario_data
-from testbed.runtime.docker import DockerRuntime, client
-from testbed.runtime.docker import teardown as docker_teardown
-from testbed.runtime.netns import pids_in
-from testbed.state import STATE_DIR, RunState
-from testbed.topology import single_tor
+from testbed.core.state import STATE_DIR, RunState
+from testbed.network.images import ensure_node_image
+from testbed.network.runtime.docker import DockerRuntime, client
+from testbed.network.runtime.docker import teardown as docker_teardown
+from testbed.network.runtime.netns import pids_in
+from testbed.run.prometheus import scalar
+from testbed.scenario.resolve import load_scenario_data
+from testbed.scenario.topology import single_tor
 from tests.bounds import rate_at_least, time_at_most
 from tests.integration.helpers import (
     ROOT,
@@ -165,7 +165,7 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
     data = {"name": "mini", **_yaml(ROOT / "examples" / "thesis-mini-docker.yaml")}
     data["duration"] = "25s"
     out = tmp_path / "run"
-    from testbed.orchestrator import run
+    from testbed.run.orchestrator import run
 
     s = run(load_scenario_data(data, "test"), out=out).summary
     assert s["status"] == "ok" and s["runtime"] == "docker"
@@ -214,7 +214,7 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
 def test_torch_ddp_in_containers_moves_the_ring_bytes_in_its_class(tmp_path, image):
     """torch-ddp workers exec'd in containers, their TCP store on the host's management
     address: each uplink's low class carries 2(1 - 1/N) of the model per iteration."""
-    from testbed.orchestrator import run
+    from testbed.run.orchestrator import run
 
     data = {
         "name": "ddp", "runtime": "docker", "duration": "12s",

@@ -13,9 +13,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from testbed import images
-from testbed.errors import EnvironmentProblem
-from testbed.images import NODE_PYTHON, build_images, ensure_node_image
+from testbed.core.errors import EnvironmentProblem
+from testbed.network import images
+from testbed.network.images import NODE_PYTHON, build_images, ensure_node_image
 
 pytestmark = pytest.mark.docker
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from testbed.preflight import horovod_has_nccl
+from testbed.network.preflight import horovod_has_nccl
 from tests.integration.helpers import run_scenario
 
 

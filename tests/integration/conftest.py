@@ -4,8 +4,8 @@ experiment on the same machine) are neither counted nor touched."""
 
 import pytest
 
-from testbed.runtime.registry import teardown
-from testbed.state import all_states
+from testbed.core.state import all_states
+from testbed.network.runtime.registry import teardown
 
 from .helpers import foreign_runs, present_objects
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
-from testbed.runtime.namespaces import NETNS_DIR
-from testbed.state import STATE_DIR, RunState
+from testbed.core.state import STATE_DIR, RunState
+from testbed.network.runtime.namespaces import NETNS_DIR
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ def all_objects() -> set[str]:
             continue
         if cmd.startswith(b"/usr/bin/prometheus\0") or b"/prometheus\0--config.file=" in cmd:
             found.add(f"prometheus:{pid}")
-        if b"testbed.guardian\0" in cmd and running(pid):
+        if b"testbed.run.guardian\0" in cmd and running(pid):
             found.add(f"guardian:{pid}")
     return found | containers()
 
@@ -70,7 +70,7 @@ def foreign_runs() -> tuple[set[str], set[int]]:
     nor tear them down: doing so once killed a user's sweep mid-run."""
     import psutil
 
-    from testbed.state import all_states
+    from testbed.core.state import all_states
 
     me = os.getpid()
     ids, pids = set(), set()
@@ -138,9 +138,9 @@ def containers() -> set[str]:
 def built_network(topology: dict[str, Any], run_id: str) -> Iterator[tuple[Any, Any]]:
     """The netns runtime's network of `topology`, built (no shaping, no workloads); torn down
     from its state file afterwards, which must find nothing missing."""
-    from testbed.runtime.netns import NetnsRuntime, teardown
-    from testbed.state import RunState
-    from testbed.topology import build_plan
+    from testbed.core.state import RunState
+    from testbed.network.runtime.netns import NetnsRuntime, teardown
+    from testbed.scenario.topology import build_plan
 
     s = load_scenario_data({"name": "net", "topology": topology}, "test")
     topo = build_plan(s, run_id)
@@ -190,7 +190,7 @@ def last_run(tmp_path: Path) -> Path:
 def reopened_tsdb(data_dir: Path) -> Iterator[str]:
     """A Prometheus of our own on a finished run's TSDB, as the README tells a user to reopen
     it (an empty configuration); yields its URL once it answers."""
-    from testbed.metrics.prometheus import query
+    from testbed.run.prometheus import query
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -219,7 +219,7 @@ def reopened_tsdb(data_dir: Path) -> Iterator[str]:
 
 def tsdb_class_bytes(url: str) -> dict[tuple[str, str, str], float]:
     """(node, direction, class) → the last byte count the TSDB holds for that class."""
-    from testbed.metrics.prometheus import query
+    from testbed.run.prometheus import query
 
     return {
         (r["metric"]["node"], r["metric"]["direction"], r["metric"]["class"]): float(r["value"][1])

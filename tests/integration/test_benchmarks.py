@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from testbed.preflight import visible_gpus
+from testbed.network.preflight import visible_gpus
 from tests.integration.helpers import ROOT
 from tests.needs import need, need_binary
 

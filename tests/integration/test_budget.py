@@ -10,8 +10,8 @@ import math
 import pytest
 import yaml
 
-from testbed import budget
-from testbed.budget_probe import machine_budget
+from testbed.run.budget_probe import machine_budget
+from testbed.scenario import budget
 
 from .helpers import ROOT, run_cli
 

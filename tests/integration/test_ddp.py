@@ -103,8 +103,8 @@ def test_the_thesis_schedule_lands_on_predict_and_beats_fifo_with_a_barrier(tmp_
     1.06 in 3 more). The mean is not the steady state: in one CI run 3 of 14 iterations took
     454-510 ms at 0 % steal (the link idle part of that time; cause not found), a mean 1.103 ×
     predict, median 1.075."""
-    from testbed.resolve import load_scenario_data
-    from testbed.workloads.training.predict import for_scenario
+    from testbed.scenario.resolve import load_scenario_data
+    from testbed.workloads.training.model.predict import for_scenario
     from tests.bounds import time_at_most
 
     wire = 4e6 * 8 * FRAME / 100e6

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from testbed.metrics.prometheus import scalar
-from testbed.resolve import load_scenario_data
-from testbed.workloads.training.predict import for_scenario
+from testbed.run.prometheus import scalar
+from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads.training.model.predict import for_scenario
 from tests.bounds import rate_at_least, time_at_most
 from tests.needs import need
 
@@ -127,7 +127,7 @@ def test_the_minimum_rto_is_set_in_every_host_and_its_timeouts_counted(tmp_path)
     dilated; the summary counts the hosts' TCP segments, retransmissions and timeouts."""
     from pathlib import Path
 
-    from testbed.runtime.namespaces import inside
+    from testbed.network.runtime.namespaces import inside
 
     from .helpers import built_network
 

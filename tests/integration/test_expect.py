@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from testbed import expect
-from testbed.resolve import load_scenario
+from testbed.scenario import expect
+from testbed.scenario.resolve import load_scenario
 from tests.integration.helpers import run_cli
 
 SCENARIO = """name: expect-{name}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import hostcpu
-from testbed.state import STATE_DIR, RunState
+from testbed.core import hostcpu
+from testbed.core.state import STATE_DIR, RunState
 from tests.bounds import rate_at_least, time_at_most
 from tests.integration.helpers import foreign_runs, run_cli, running, spawn_up, wait_phase
 

@@ -1,4 +1,4 @@
-"""The HTML report (testbed/htmlpage.py, issue 77) opened in a real browser: headless
+"""The HTML report (testbed/results/htmlpage.py, issue 77) opened in a real browser: headless
 Chromium loads the page of a run (`up` writes it beside the plots), of a pair compared
 (`report A B --html`) and of a sweep (`report SWEEP --html`), and the test reads back the
 page as Chromium drew it: every plot decoded (the page's own script counts the images with a

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.runtime.netns import pids_in
-from testbed.state import STATE_DIR
+from testbed.core.state import STATE_DIR
+from testbed.network.runtime.netns import pids_in
 from tests.bounds import time_at_most
 
 from .helpers import present_objects, run_cli, run_scenario, spawn_up, up_to_kill, wait_running
@@ -227,7 +227,7 @@ def test_every_phase_ticks_the_workloads(tmp_path, monkeypatch):
     """A workload controller's `tick(now)` (the seam policies act through) is called at
     every poll from launch to collection: while the processes start, through the whole
     window at least every half second, and while flows drain; never after collection."""
-    from testbed.live import POLL_S
+    from testbed.run.live import POLL_S
     from testbed.workloads.linkcheck.controller import Linkcheck
 
     ticks: list[float] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.metrics.prometheus import scalar
+from testbed.run.prometheus import scalar
 from tests.needs import need, need_binary
 
 from .helpers import reopened_tsdb, run_scenario, summary_class_bytes, tsdb_class_bytes

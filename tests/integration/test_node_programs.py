@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import RunFailure
-from testbed.runtime.base import Launch
-from testbed.runtime.forkserver import ForkServer
-from testbed.window import Window
+from testbed.core.errors import RunFailure
+from testbed.core.window import Window
+from testbed.network.runtime.base import Launch
+from testbed.network.runtime.forkserver import ForkServer
 
 from .helpers import ROOT
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from testbed import hostcpu
+from testbed.core import hostcpu
 from tests.bounds import time_at_most
 from tests.needs import need
 
@@ -366,8 +366,8 @@ def test_skipping_jobs_give_up_slots_rank_by_rank_alike_under_a_fourth_jobs_load
     plus its compute (with `skip` it runs at once and ends a period or more earlier). How soon
     the jobs are back on their slots after the fourth job has gone is measured, not asserted
     (docs/results/policies.md)."""
-    from testbed.orchestrator import run
-    from testbed.resolve import load_scenario, with_overrides
+    from testbed.run.orchestrator import run
+    from testbed.scenario.resolve import load_scenario, with_overrides
 
     skip = {"kind": "interleave", "late": late}
     s = with_overrides(

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from testbed.metrics import prometheus as prom
-from testbed.metrics.exporters import orchestrator_exporter
-from testbed.metrics.prometheus import Prometheus, cross_check
-from testbed.runtime.namespaces import NETNS_DIR, create_netns
-from testbed.runtime.netns import kill_processes, pids_in, spawn_in_netns
-from testbed.runtime.registry import teardown
-from testbed.state import STATE_DIR, RunState
+from testbed.core.exporters import orchestrator_exporter
+from testbed.core.state import STATE_DIR, RunState
+from testbed.network.runtime.namespaces import NETNS_DIR, create_netns
+from testbed.network.runtime.netns import kill_processes, pids_in, spawn_in_netns
+from testbed.network.runtime.registry import teardown
+from testbed.run import prometheus as prom
+from testbed.run.prometheus import Prometheus, cross_check
 
 from .helpers import ROOT, present_objects, run_cli, running, spawn_up, up_to_kill, wait_running
 from .test_lifecycle import scenario
@@ -119,12 +119,12 @@ def test_down_removes_what_a_run_left_without_its_state_file(tmp_path):
     namespaces (leaves, spines, hosts), its management bridge and veths, a process still in a
     namespace. `down RUN_ID` names and removes them all (it once knew only `sw`, `h<i>` and
     `probe` namespaces, and said "nothing to remove" over a leaf-spine run's)."""
-    from testbed.preflight import check_prefixes
-    from testbed.resolve import load_scenario_data
-    from testbed.runtime.netns import NetnsRuntime
-    from testbed.runtime.netns import teardown as netns_teardown
-    from testbed.state import claiming
-    from testbed.topology import build_plan
+    from testbed.core.state import claiming
+    from testbed.network.preflight import check_prefixes
+    from testbed.network.runtime.netns import NetnsRuntime
+    from testbed.network.runtime.netns import teardown as netns_teardown
+    from testbed.scenario.resolve import load_scenario_data
+    from testbed.scenario.topology import build_plan
 
     before = present_objects()
     run_id = "5742a7"
@@ -308,9 +308,9 @@ def test_prometheus_that_never_gets_ready_is_not_orphaned(tmp_path, monkeypatch)
     (fake / "prometheus").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
     monkeypatch.setattr(prom, "READY_TIMEOUT_S", 2.0)
-    from testbed.errors import RunFailure
-    from testbed.orchestrator import run
-    from testbed.resolve import load_scenario_data
+    from testbed.core.errors import RunFailure
+    from testbed.run.orchestrator import run
+    from testbed.scenario.resolve import load_scenario_data
 
     s = load_scenario_data(
         {"name": "fakeprom", "duration": "3s", "measure": {"warmup": "1s", "cooldown": "0s"},
@@ -329,8 +329,8 @@ def test_kernel_probe_namespace_is_recorded(tmp_path, monkeypatch):
     so a kill during probing leaves nothing the guardian does not know of. (No cached answer
     here: the probe runs.) A second run of this boot takes the cached answer, with no
     namespace at all."""
-    from testbed import preflight
-    from testbed.preflight import kernel_capabilities
+    from testbed.network import preflight
+    from testbed.network.preflight import kernel_capabilities
 
     monkeypatch.setattr(preflight, "KERNEL_CACHE", tmp_path / "kernel-cache")
 
@@ -414,9 +414,9 @@ def test_a_failing_metrics_stop_still_closes_netlink(tmp_path):
     """The external file_sd entry cannot be written (its name is taken by a folder) and so
     cannot be removed either: the run fails, and still every netlink socket it opened in the
     namespaces is closed (they were skipped when stopping the metrics raised)."""
-    from testbed.errors import RunFailure
-    from testbed.orchestrator import run
-    from testbed.resolve import load_scenario_data
+    from testbed.core.errors import RunFailure
+    from testbed.run.orchestrator import run
+    from testbed.scenario.resolve import load_scenario_data
 
     sd = tmp_path / "sd"
     run_id = "5dfa11"

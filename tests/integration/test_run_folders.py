@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.metrics.prometheus import scalar
+from testbed.run.prometheus import scalar
 
 from .helpers import ROOT, reopened_tsdb, summary_class_bytes, tsdb_class_bytes
 

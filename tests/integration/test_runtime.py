@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from pyroute2.ethtool import Ethtool
 
-from testbed.runtime.namespaces import inside
+from testbed.network.runtime.namespaces import inside
 from tests.bounds import time_at_most
 
 from .helpers import built_network, run_scenario
@@ -122,7 +122,7 @@ def test_delay_needs_netem_and_says_so(tmp_path):
     """With sch_netem the delay shows in the round trip; without it the run says so and goes on.
     Which case this machine is comes from the kernel itself (tc), not from testbed's probe: a
     probe that wrongly said "no netem" would drop the delay silently and still pass."""
-    from testbed.runtime.kernel_probe import probe
+    from testbed.network.runtime.kernel_probe import probe
 
     has_netem = kernel_has_netem()
     assert probe().has("netem") == has_netem
@@ -149,10 +149,10 @@ def test_delay_needs_netem_and_says_so(tmp_path):
 def test_class_counters_read_in_bulk_count_the_packets_sent(network):
     """ClassReader (a plain netlink dump, only the statistics parsed) against two independent
     readings: the packets ping sent, and pyroute2's decoding of the same classes."""
-    from testbed.shaping.apply import apply_plans
-    from testbed.shaping.plan import LinkSpec, plan_links
-    from testbed.shaping.profile import TcProfile, load_profile_data
-    from testbed.shaping.stats import class_counters
+    from testbed.core.profile import TcProfile, load_profile_data
+    from testbed.network.shaping.apply import apply_plans
+    from testbed.network.shaping.plan import LinkSpec, plan_links
+    from testbed.network.shaping.stats import class_counters
 
     topo, rt = network
     h1, h2, _ = topo.hosts

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from testbed import hostcpu
-from testbed.shaping.sockops import TcpTimers, cgroup2_root, join, kernel_hz
+from testbed.core import hostcpu
+from testbed.network.shaping.sockops import TcpTimers, cgroup2_root, join, kernel_hz
 from tests.bounds import time_at_most
 from tests.needs import need_binary
 
@@ -240,7 +240,7 @@ def test_a_runs_hosts_get_the_initial_rto_in_scenario_time_and_nothing_stays(tmp
     import json
     import signal
 
-    from testbed.shaping.sockops import attached
+    from testbed.network.shaping.sockops import attached
     from tests.integration.helpers import spawn_up, up_to_kill, wait_phase
 
     before = attached()

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.orchestrator import run
-from testbed.resolve import load_scenario_data
+from testbed.run.orchestrator import run
+from testbed.scenario.resolve import load_scenario_data
 
 from .helpers import ROOT
 

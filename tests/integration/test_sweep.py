@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.state import STATE_DIR
+from testbed.core.state import STATE_DIR
 from tests.needs import need
 
 from .helpers import ROOT, run_cli

@@ -10,8 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.runtime.namespaces import inside
-from testbed.topology import CLASSIC_RECOVERY
+from testbed.network.runtime.namespaces import inside
+from testbed.scenario.topology import CLASSIC_RECOVERY
 
 from .helpers import built_network, run_scenario
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.metrics.prometheus import query
-from testbed.resolve import load_scenario, with_overrides
-from testbed.workloads.training.predict import for_instance
+from testbed.run.prometheus import query
+from testbed.scenario.resolve import load_scenario, with_overrides
+from testbed.workloads.training.model.predict import for_instance
 from tests.bounds import time_at_most
 from tests.needs import need, need_binary
 
@@ -28,7 +28,7 @@ JOBS = {"job-a": (["h1", "h3", "h5", "h7"], 8), "job-b": (["h2", "h4", "h6", "h8
 
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory):
-    from testbed.orchestrator import run
+    from testbed.run.orchestrator import run
 
     s = load_scenario(ROOT / "examples" / "multi-tenant.yaml")
     s = with_overrides(s, {"duration": "24s", "measure.warmup": "4s"}, base_dir=ROOT / "examples")

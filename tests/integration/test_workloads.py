@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.runtime.netns import pids_in
+from testbed.network.runtime.netns import pids_in
 from testbed.workloads.training.timeline import events, spans
 from tests.bounds import time_at_most
 from tests.needs import need

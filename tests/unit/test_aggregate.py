@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.aggregate import aggregate, plot_maps, plot_tradeoff
+from testbed.results.aggregate import aggregate, plot_maps, plot_tradeoff
 
 R = "workloads.horovod.compute_to_network_ratio"
 U = "workloads.websearch.utilization"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import aggregate as ag
-from testbed import aims
-from testbed import sweep as sw
-from testbed.decide import run_until_decided
-from testbed.errors import ScenarioError
+from testbed.core.errors import ScenarioError
+from testbed.results import aggregate as ag
+from testbed.results import sweep as sw
+from testbed.results.decide import run_until_decided
+from testbed.scenario import aims
 from tests.unit.test_sweep import BASE, QuietUI
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,9 +3,9 @@ itself is tests/integration/test_budget.py."""
 
 import pytest
 
-from testbed import budget
-from testbed.budget import Budget
-from testbed.resolve import load_scenario_data
+from testbed.scenario import budget
+from testbed.scenario.budget import Budget
+from testbed.scenario.resolve import load_scenario_data
 
 
 def scenario(**over):
@@ -115,7 +115,7 @@ MEASURED = Budget("exact", 5.13e9, 4.53e9, 8, 100_000_000_000, 2,
 def thesis_r4(k):
     from pathlib import Path
 
-    from testbed.resolve import load_scenario, with_overrides
+    from testbed.scenario.resolve import load_scenario, with_overrides
 
     s = load_scenario(Path(__file__).parents[2] / "examples" / "thesis-exact.yaml")
     cell = {"workloads.horovod.compute_time": "560ms", "workloads.websearch.utilization": "12.5%"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.metrics.exporters import QdiscCollector
+from testbed.core.exporters import QdiscCollector
 from testbed.workloads import kinds
 from testbed.workloads.registry import load
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import preflight
-from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.resolve import load_scenario_data
+from testbed.core.errors import EnvironmentProblem, ScenarioError
+from testbed.network import preflight
+from testbed.scenario.resolve import load_scenario_data
 from testbed.workloads.training.gpus import gpu_assignment
-from testbed.workloads.training.models import buckets_for
+from testbed.workloads.training.model.models import buckets_for
 from tests.needs import need
 
 MiB = 2**20
@@ -104,7 +104,7 @@ def test_a_refused_schedule_says_which_backend_or_mode_can(job, needle):
 
 def test_torch_ddp_accepts_the_thesis_schedule_in_synthetic_mode():
     """queue: priority, barrier: false, fusion: static (or dynamic): run by ddp_schedule."""
-    from testbed.workloads.training.synthetic import fusion_of
+    from testbed.workloads.training.model.synthetic import fusion_of
 
     for fusion in ("static", "dynamic", "buckets"):
         job = {"backend": "torch-ddp", "queue": "priority", "barrier": False, "fusion": fusion}
@@ -192,7 +192,7 @@ def test_a_horovod_that_does_not_import_is_an_error_not_no_nccl(tmp_path):
 
 
 def test_each_gpu_worker_is_its_own_nccl_host(monkeypatch, tmp_path):
-    from testbed.topology import single_tor
+    from testbed.scenario.topology import single_tor
     from testbed.workloads.controller import Context
     from testbed.workloads.training.ddp import DdpJob
 
@@ -212,7 +212,7 @@ def test_a_container_counts_its_gpus_from_zero(monkeypatch, tmp_path):
     ...: CUDA_VISIBLE_DEVICES=2 there would name a device it does not have."""
     from types import SimpleNamespace
 
-    from testbed.topology import single_tor
+    from testbed.scenario.topology import single_tor
     from testbed.workloads.controller import Context
     from testbed.workloads.training.ddp import DdpJob
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from testbed.workloads.training import ddp_schedule
-from testbed.workloads.training.ddp_schedule import Plan, choose, plan_for
-from testbed.workloads.training.horovod_worker import Pacer
+from testbed.workloads.training.workers import ddp_schedule
+from testbed.workloads.training.workers.ddp_schedule import Plan, choose, plan_for
+from testbed.workloads.training.workers.horovod_worker import Pacer
 from tests.clocks import StepClock
 from tests.needs import need
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from testbed import dilation
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data, wall_scenario
+from testbed.core.errors import ScenarioError
+from testbed.scenario import dilation
+from testbed.scenario.resolve import load_scenario_data, wall_scenario
 
 THESIS = {
     "name": "t",
@@ -54,8 +54,8 @@ def test_the_machine_runs_the_thesis_at_a_hundredth_with_every_size_kept():
 
 
 def test_a_profile_keeps_its_shape_when_dilated(tmp_path):
-    from testbed.workloads.training import models
-    from testbed.workloads.training.synthetic import layers_for
+    from testbed.workloads.training.model import models
+    from testbed.workloads.training.model.synthetic import layers_for
 
     trace = tmp_path / "p.txt"
     trace.write_text("1 a 1000 3000 0 4000\n2 b 500 1000 0 8000\n")  # µs
@@ -73,7 +73,7 @@ def test_a_minimum_rto_in_scenario_time_is_k_times_longer_on_the_machine():
     topo = {**THESIS["topology"], "tcp_rto_min": "1s"}  # ns-3's MinRto
     s = load_scenario_data({**THESIS, "topology": topo}, "t.yaml")
     assert wall_scenario(s).topology.tcp_rto_min == pytest.approx(100.0)
-    from testbed.topology import build_plan
+    from testbed.scenario.topology import build_plan
 
     assert build_plan(wall_scenario(s), "abcdef").tcp_rto_min_us == 100_000_000
     assert build_plan(load_scenario_data(THESIS, "t.yaml"), "abcdef").tcp_rto_min_us is None
@@ -86,7 +86,7 @@ def test_a_minimum_rto_in_scenario_time_is_k_times_longer_on_the_machine():
 
 def test_a_receive_buffer_is_bytes_and_is_not_dilated():
     """Sizes are kept at any K: the thesis' 128 KB window is 128 KB on the machine too."""
-    from testbed.topology import build_plan
+    from testbed.scenario.topology import build_plan
 
     topo = {**THESIS["topology"], "tcp_rcvbuf": "210KB"}
     s = wall_scenario(load_scenario_data({**THESIS, "topology": topo}, "t.yaml"))
@@ -162,7 +162,7 @@ def test_the_summary_comes_back_in_scenario_time():
                       "bulk": [{"goodput_bps": 95e6, "bytes": 9}],
                       "short": {"fct_s": {"mean": 0.5, "p50": 0.4, "p99": 0.9, "count": 4}}},
     }  # fmt: skip
-    from testbed import expect
+    from testbed.scenario import expect
 
     templates = expect.template_for(load_scenario_data(THESIS, "t.yaml"))
     s = dilation.scenario_summary(wall, 100, templates)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
-from testbed.runtime.declared import DockerOptions
-from testbed.runtime.docker import container_spec
-from testbed.topology import single_tor
+from testbed.core.errors import ScenarioError
+from testbed.network.runtime.docker import container_spec
+from testbed.scenario.resolve import load_scenario_data
+from testbed.scenario.runtimes import DockerOptions
+from testbed.scenario.topology import single_tor
 
 BASE = {"name": "d", "topology": {"hosts": 3}}
 

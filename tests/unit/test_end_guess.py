@@ -1,6 +1,6 @@
 """When a training job stops on its own: EndGuess, the rule every worker's stop vote uses."""
 
-from testbed.workloads.training.horovod_worker import EndGuess
+from testbed.workloads.training.workers.horovod_worker import EndGuess
 
 
 def guess(starts: list[float], deadline: float | None, lag: int = 1) -> list[bool]:

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
-from testbed.workloads.ensemble.controller import (
-    link_load,
-    over_limit,
-    round_bytes_in,
-    window_rate,
-)
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads.ensemble.controller import link_load, over_limit, round_bytes_in, window_rate
 
 BLOCK = 8 * 150_528  # bytes of a preprocessed block: batch 8, 224·224·3 images
 RAW = 8 * 110_000  # bytes of a raw block

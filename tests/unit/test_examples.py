@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import sweep as sw
-from testbed.resolve import load_scenario
+from testbed.results import sweep as sw
+from testbed.scenario.resolve import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted([*ROOT.glob("examples/**/*.yaml"), *ROOT.glob("docs/results/*.yaml")])

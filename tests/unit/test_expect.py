@@ -7,9 +7,9 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from testbed import expect
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
+from testbed.core.errors import ScenarioError
+from testbed.scenario import expect
+from testbed.scenario.resolve import load_scenario_data
 
 BASE = {
     "name": "e",
@@ -136,7 +136,7 @@ def test_junit_holds_one_case_per_check_with_the_measured_value():
 def test_the_ci_example_loads_with_its_checks():
     from pathlib import Path
 
-    from testbed.resolve import load_scenario
+    from testbed.scenario.resolve import load_scenario
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "examples/ci/smoke-expect.yaml")
     assert len(expect.parse(s.expect, s)) == 4

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from testbed.window import Window
+from testbed.core.window import Window
 from testbed.workloads import flows
 from testbed.workloads.incast.node import FIELDS as INCAST_FIELDS
 from testbed.workloads.incast.node import Aggregator

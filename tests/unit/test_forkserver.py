@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.runtime.forkserver import ExitTable
+from testbed.network.runtime.forkserver import ExitTable
 
 
 def test_a_reused_pid_is_not_taken_for_a_dead_child():

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from testbed.state import RunState
+from testbed.core.state import RunState
 
 
 @contextlib.contextmanager
@@ -18,10 +18,10 @@ def _stand_in(run_id: str, seconds: float) -> Iterator[int]:
     """A process with a guardian's command-line tail, once it has exec'd (until then its
     /proc cmdline is the test's own); killed and reaped on leaving. Yields its pid."""
     code = f"import time; time.sleep({seconds})"
-    p = subprocess.Popen([sys.executable, "-c", code, "testbed.guardian", run_id, "1", "2"])
+    p = subprocess.Popen([sys.executable, "-c", code, "testbed.run.guardian", run_id, "1", "2"])
     try:
         deadline = time.monotonic() + 10
-        while b"testbed.guardian" not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+        while b"testbed.run.guardian" not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
             assert time.monotonic() < deadline, "the stand-in did not start"
             time.sleep(0.01)
         yield p.pid

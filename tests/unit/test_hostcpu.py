@@ -2,9 +2,9 @@
 
 import pytest
 
-from testbed import hostcpu
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
+from testbed.core import hostcpu
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario_data
 
 
 def test_busy_and_steal_shares_between_two_reads():

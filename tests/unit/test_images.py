@@ -12,8 +12,8 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from testbed import images
-from testbed.errors import EnvironmentProblem
+from testbed.core.errors import EnvironmentProblem
+from testbed.network import images
 
 pytestmark = pytest.mark.unit
 # vfs_cap_data revision 2, effective, permitted = cap_net_raw (bit 13): ping's capability

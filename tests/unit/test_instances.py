@@ -9,9 +9,9 @@ import sys
 import pytest
 import yaml
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario, load_scenario_data
-from testbed.scenario import json_schema
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario, load_scenario_data
+from testbed.scenario.schema import json_schema
 from testbed.workloads import kinds
 
 BASE = {"name": "m", "topology": {"hosts": 4, "link_rate": "100mbit"}, "tc_profile": "thesis-2band"}

@@ -1,4 +1,4 @@
-"""Policy `interleave` (training/interleave.py): the plan that places jobs' network phases
+"""Policy `interleave` (training/policies/interleave.py): the plan that places jobs' network phases
 apart on one period, checked against placements worked out by hand; the worker's pacing
 (horovod_worker.Pacer); and the loader's refusals."""
 
@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
-from testbed.workloads.training.horovod_worker import Pacer
-from testbed.workloads.training.interleave import (
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads.training.policies.interleave import (
     GRID,
     Profile,
     keeping,
@@ -23,6 +22,7 @@ from testbed.workloads.training.interleave import (
     plan_for,
 )
 from testbed.workloads.training.report import print_section
+from testbed.workloads.training.workers.horovod_worker import Pacer
 from tests.clocks import StepClock
 from tests.needs import need
 
@@ -321,7 +321,7 @@ def test_a_given_period_and_offset_are_dilated_with_the_scenario():
     """time_scale 10: the machine runs the jobs ten times slower (a 1 Gbit/s fabric at
     100 Mbit/s, 10 ms of compute as 100 ms), so a period given as 16 ms in scenario time is a
     160 ms period on the machine, and b's offset of 8 ms an 80 ms one."""
-    from testbed.resolve import wall_scenario
+    from testbed.scenario.resolve import wall_scenario
 
     job = {"kind": "torch-ddp", "model_size": "0.5MB", "compute_time": "10ms"}
     pol = {"kind": "interleave", "period": "16ms"}
@@ -518,7 +518,7 @@ def test_horovods_stop_vote_carries_the_slot_and_brings_a_rank_behind_onto_it():
     0's vote, read before iteration 2, moves rank 0 on by one, and from then on both ranks
     begin on the same slots."""
     torch = need("torch", "torch is installed by install.sh")
-    from testbed.workloads.training.horovod_worker import StopVote
+    from testbed.workloads.training.workers.horovod_worker import StopVote
 
     hvd = _FakeHvd(torch)
     cfg = {"pace": {"offset_s": 0.0, "period_s": 0.03, "skip_after_s": 0.01}}

@@ -97,20 +97,20 @@ def test_no_runtime_is_named_outside_runtime():
     offenders = []
     for p in PACKAGE.rglob("*.py"):
         rel = p.relative_to(PACKAGE)
-        if rel.parts[0] == "runtime" or rel.name == "scenario.py":
+        if rel.parts[:2] == ("network", "runtime") or rel.as_posix() == "scenario/schema.py":
             continue
         offenders += [f"{rel}: {m.group(0)}" for m in branch.finditer(p.read_text())]
     assert offenders == []
 
 
-SCHEMA = ("scenario.py", "reference.py")  # the scenario's schema and its reference
+SCHEMA = ("scenario/schema.py", "scenario/reference.py")  # the schema and its reference
 
 
 def _outside_runtime() -> list[tuple[Path, ast.Module]]:
     return [
         (p.relative_to(PACKAGE), ast.parse(p.read_text()))
         for p in sorted(PACKAGE.rglob("*.py"))
-        if p.relative_to(PACKAGE).parts[0] != "runtime"
+        if p.relative_to(PACKAGE).parts[:2] != ("network", "runtime")
     ]
 
 
@@ -118,8 +118,8 @@ def node_access(rel: Path, tree: ast.Module, runtime_names: tuple[str, ...]) -> 
     """What in one module outside runtime/ reaches into a node or names a runtime: an import
     of pyroute2's netns, of runtime/namespaces.py or of a runtime's own module; a setns or
     nsenter call; a namespace's path; in the schema's modules, a runtime's name."""
-    forbidden = {"pyroute2.netns", "testbed.runtime.namespaces"}
-    forbidden |= {f"testbed.runtime.{n}" for n in runtime_names}
+    forbidden = {"pyroute2.netns", "testbed.network.runtime.namespaces"}
+    forbidden |= {f"testbed.network.runtime.{n}" for n in runtime_names}
     schema = rel.as_posix() in SCHEMA  # "netns" elsewhere may be a kind of object, not a runtime
     out = []
     for node in ast.walk(tree):
@@ -145,8 +145,8 @@ def node_access(rel: Path, tree: ast.Module, runtime_names: tuple[str, ...]) -> 
 def test_no_module_outside_runtime_opens_a_namespace_or_names_a_runtime():
     """A runtime whose nodes live elsewhere (another machine) replaces runtime/, not its
     callers: every other stage reaches a node through the Runtime it is given (netlink
-    sockets, /proc, processes), and the schema lists runtimes from runtime/declared.py."""
-    from testbed.runtime import declared
+    sockets, /proc, processes), and the schema lists runtimes from scenario/runtimes.py."""
+    from testbed.scenario import runtimes as declared
 
     names = declared.names()
     found = [hit for rel, tree in _outside_runtime() for hit in node_access(rel, tree, names)]
@@ -157,8 +157,8 @@ def test_node_access_is_found():
     """So that the test above can fail: each kind of access, in made-up modules."""
     code = (
         "from pyroute2 import netns\n"
-        "import testbed.runtime.docker\n"
-        "from testbed.runtime.namespaces import inside\n"
+        "import testbed.network.runtime.docker\n"
+        "from testbed.network.runtime.namespaces import inside\n"
         "os.setns(fd, 0)\n"
         "p = '/run/netns/x'\n"
     )
@@ -166,65 +166,60 @@ def test_node_access_is_found():
     assert sorted(h.split(": ", 1)[1] for h in hits) == [
         "'/run/netns/x'",
         "imports pyroute2.netns",
-        "imports testbed.runtime.docker",
-        "imports testbed.runtime.namespaces",
+        "imports testbed.network.runtime.docker",
+        "imports testbed.network.runtime.namespaces",
         "setns",
     ]
-    schema = node_access(Path("scenario.py"), ast.parse("x = 'docker'"), ("netns", "docker"))
-    assert schema == ["scenario.py:1: names runtime 'docker'"]
+    schema = node_access(Path("scenario/schema.py"), ast.parse("x = 'docker'"), ("netns", "docker"))
+    assert schema == ["scenario/schema.py:1: names runtime 'docker'"]
 
 
 def test_declared_runtimes_are_the_registered_ones():
-    """The schema's runtimes (runtime/declared.py) and the runtimes a run can make
+    """The schema's runtimes (scenario/runtimes.py) and the runtimes a run can make
     (runtime/registry.py) are the same names."""
-    from testbed.runtime import declared, registry
+    from testbed.network.runtime import registry
+    from testbed.scenario import runtimes as declared
 
     assert set(declared.names()) == set(registry.RUNTIMES)
     for name, kind in registry.RUNTIMES.items():
         assert kind.name == name
-    from testbed.state import RunState
+    from testbed.core.state import RunState
 
     assert RunState.__dataclass_fields__["runtime"].default == declared.DEFAULT
 
 
-# The layers of README.md's map, bottom to top; a module imports from its own layer or below.
-# A pattern with * is a kind's module by its role; the most specific pattern wins.
+# The layers of README.md's map, bottom to top, as the packages of testbed/ (each package's
+# docstring says the same): a module imports from its own package's layer or below. The one
+# package that spans two layers is workloads/, as a kind is one folder (containerlab's nodes/):
+# its declared half (specs, node programs, the policies' fields, the job's model) sits under
+# the scenario, which lists the kinds; its running half (controllers, reports, the policies'
+# runners) sits above the network it drives. A pattern with * is a kind's module by its role;
+# the most specific pattern wins.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundations", ["testbed", "testbed.units", "testbed.fields", "testbed.errors",
-                     "testbed.window", "testbed.state", "testbed.stopping", "testbed.addressing",
-                     "testbed.paths", "testbed.hostcpu", "testbed.runtime.declared", "testbed.netlink",
-                     "testbed.shaping.profile", "testbed.metrics", "testbed.metrics.exporters",
-                     "testbed.tcpstats", "testbed.summary"]),
-    ("the kinds, declared", ["testbed.workloads", "testbed.workloads.registry",
-                             "testbed.workloads.reporting", "testbed.workloads.base",
-                             "testbed.workloads.kinds", "testbed.workloads.flows",
-                             "testbed.workloads.*"]),  # specs and node programs
-    ("the scenario", ["testbed.scenario", "testbed.topology", "testbed.expect",
-                      "testbed.dilation", "testbed.reference", "testbed.resolve",
-                      "testbed.budget", "testbed.aims"]),
-    ("the network", ["testbed.shaping", "testbed.shaping.*", "testbed.runtime", "testbed.runtime.*",
-                     "testbed.images", "testbed.metrics.*", "testbed.preflight"]),
+    ("foundations", ["testbed", "testbed.core", "testbed.core.*"]),
+    ("the kinds, declared", ["testbed.workloads", "testbed.workloads.*"]),
+    ("the scenario", ["testbed.scenario", "testbed.scenario.*"]),
+    ("the network", ["testbed.network", "testbed.network.*"]),
     ("workloads running", ["testbed.workloads.controller", "testbed.workloads.procs",
                            "testbed.workloads.marking",
                            "testbed.workloads.*.controller", "testbed.workloads.*.report",
-                           "testbed.workloads.*.predict", "testbed.workloads.training.ddp",
-                           "testbed.workloads.training.horovod", "testbed.workloads.training.gpus",
-                           "testbed.workloads.training.adaptive",
-                           "testbed.workloads.training.per_transfer",
-                           "testbed.workloads.training.interleave",
-                           "testbed.workloads.training.groups",
-                           "testbed.runs"]),
-    ("the life cycle", ["testbed.live", "testbed.orchestrator", "testbed.guardian", "testbed.ending",
-                        "testbed.access", "testbed.budget_probe"]),
-    ("results", ["testbed.report", "testbed.sweep", "testbed.aggregate", "testbed.decide",
-                 "testbed.htmlpage",
-                 "testbed.swarm",
-                 "testbed.swarm.*"]),
-    ("the command", ["testbed.cli", "testbed.views"]),
+                           "testbed.workloads.training.ddp", "testbed.workloads.training.horovod",
+                           "testbed.workloads.training.gpus",
+                           "testbed.workloads.training.timeline",
+                           "testbed.workloads.training.model.predict",
+                           "testbed.workloads.training.policies.*"]),
+    ("the life cycle", ["testbed.run", "testbed.run.*"]),
+    ("results", ["testbed.results", "testbed.results.*"]),
+    ("the command", ["testbed.cli"]),
 ]  # fmt: skip
+
+# The declared half of a kind's folder: what the scenario (and a node's Python) may import.
+DECLARED = ["testbed.workloads.training.policies", "testbed.workloads.training.policies.ranking"]
 
 
 def layer_of(module: str) -> int | None:
+    if module in DECLARED:
+        return 1
     best: tuple[tuple[bool, int], int] | None = None
     for i, (_, patterns) in enumerate(LAYERS):
         for p in patterns:
@@ -253,6 +248,6 @@ def test_imports_go_downward_only():
 
 
 def test_an_upward_import_is_found():
-    assert upward({"testbed.units": {"testbed.cli"}, "testbed.cli": {"testbed.units"}}) == [
-        "testbed.units (foundations) imports testbed.cli (the command)"
-    ]
+    assert upward(
+        {"testbed.core.units": {"testbed.cli"}, "testbed.cli": {"testbed.core.units"}}
+    ) == ["testbed.core.units (foundations) imports testbed.cli (the command)"]

@@ -1,8 +1,8 @@
 import pytest
 
-from testbed.metrics import describe, percentile
-from testbed.resolve import load_scenario_data
-from testbed.topology import single_tor
+from testbed.core.stats import describe, percentile
+from testbed.scenario.resolve import load_scenario_data
+from testbed.scenario.topology import single_tor
 from testbed.workloads.linkcheck.controller import goodput_bps, pairs
 
 

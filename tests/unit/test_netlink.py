@@ -10,11 +10,11 @@ from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from testbed import netlink as nl
-from testbed.shaping.apply import tc_call, tc_message
-from testbed.shaping.plan import LinkSpec, plan_interface
-from testbed.shaping.profile import TcProfile, load_profile_data
-from testbed.topology import LinkEnd
+from testbed.core.profile import TcProfile, load_profile_data
+from testbed.network import netlink as nl
+from testbed.network.shaping.apply import tc_call, tc_message
+from testbed.network.shaping.plan import LinkSpec, plan_interface
+from testbed.scenario.topology import LinkEnd
 
 
 @pytest.fixture(scope="module")

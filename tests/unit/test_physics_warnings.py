@@ -1,7 +1,7 @@
 """What a workload's own section says is wrong is said out loud: flows that beat the slowest
 link of their path, with the count and the worst ratio; clocks the machine could not keep."""
 
-from testbed.shaping.stats import over_cap
+from testbed.network.shaping.stats import over_cap
 from testbed.workloads.controller import Context
 from testbed.workloads.training.horovod import HorovodJob
 from testbed.workloads.websearch.controller import Websearch

@@ -2,7 +2,8 @@
 
 import pytest
 
-from testbed.shaping.plan import (
+from testbed.core.profile import TcProfile, load_profile_data
+from testbed.network.shaping.plan import (
     ByteFifo,
     CloneRedirect,
     Clsact,
@@ -20,9 +21,8 @@ from testbed.shaping.plan import (
     plan_interface,
     segments_per_packet,
 )
-from testbed.shaping.profile import TcProfile, load_profile_data
-from testbed.shaping.stats import frames_queued
-from testbed.topology import LinkEnd
+from testbed.network.shaping.stats import frames_queued
+from testbed.scenario.topology import LinkEnd
 
 END = LinkEnd("h1", "up", "tb-abcdef-h1", "eth0")
 

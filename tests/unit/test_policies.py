@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
-from testbed.workloads.training.adaptive import Adaptive, Mark
-from testbed.workloads.training.ddp_schedule import Plan, choose, class_bytes, plan_for
-from testbed.workloads.training.horovod_worker import FIELDS
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario_data
 from testbed.workloads.training.policies import AdaptivePolicy, LayersPolicy, StaticPolicy
+from testbed.workloads.training.policies.adaptive import Adaptive, Mark
+from testbed.workloads.training.workers.ddp_schedule import Plan, choose, class_bytes, plan_for
+from testbed.workloads.training.workers.horovod_worker import FIELDS
 
 
 def _scenario(**job):
@@ -241,7 +241,7 @@ def test_tail_chooses_the_layers_still_reducing_when_backward_ends(tmp_path: Pat
     ring time is 200 kB · 8 / (100 Mbit/s · 0.936) = 17.1 ms. Backward makes layer 3 ready at
     10 ms, 2 at 20, 1 at 30, 0 at 40 (its end); one at a time, fifo: layer 3 reduces 10-27.1,
     2 27.1-44.2, 1 44.2-61.3, 0 61.3-78.4. All but layer 3 end after 40 ms."""
-    from testbed.workloads.training.predict import exposed_layers
+    from testbed.workloads.training.model.predict import exposed_layers
 
     trace = tmp_path / "four.txt"
     trace.write_text(
@@ -299,8 +299,8 @@ def test_policy_layers_runs_on_a_real_job_and_chooses_among_its_models_layers():
     layers are the real CPU model's, checked against the model torch builds."""
     import torch
 
-    from testbed.workloads.training.horovod_worker import small_cnn
-    from testbed.workloads.training.models import SMALL_CNN_LAYERS
+    from testbed.workloads.training.model.models import SMALL_CNN_LAYERS
+    from testbed.workloads.training.workers.horovod_worker import small_cnn
 
     model = small_cnn(torch)
     owners = [m for m in model.modules() if list(m.parameters(recurse=False))]

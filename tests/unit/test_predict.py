@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.workloads.training.models import Layer
-from testbed.workloads.training.predict import (
+from testbed.workloads.training.model.models import Layer
+from testbed.workloads.training.model.predict import (
     Network,
     Schedule,
     simulate,
@@ -120,8 +120,8 @@ def test_compute_bound_and_network_bound_by_hand():
 def test_the_ring_gets_more_of_the_link_with_jumbo_frames():
     """By hand: two 1448-byte payloads per two 1514-byte frames and one 66-byte ACK is
     2896 / 3094; with a 9000-byte MTU, 2 · 8948 / (2 · 9014 + 66) = 17896 / 18094."""
-    from testbed.resolve import load_scenario_data
-    from testbed.workloads.training.predict import ack_efficiency, for_scenario
+    from testbed.scenario.resolve import load_scenario_data
+    from testbed.workloads.training.model.predict import ack_efficiency, for_scenario
 
     assert ack_efficiency() == pytest.approx(2896 / 3094)
     assert ack_efficiency(9000) == pytest.approx(17896 / 18094)
@@ -142,8 +142,8 @@ def test_ddp_is_modelled_with_its_own_buckets_not_horovods_fusion():
     2 (1 − 1/2) · 1e6 B · 8 / (100 Mbit/s · 2896/3094) = 85.47 ms. Horovod's dynamic fusion
     starts reducing during backward and ends sooner. (The model used Horovod's schedule for
     DDP too, 1.6× under what the DDP workers measured in examples/multi-tenant-alone.yaml.)"""
-    from testbed.resolve import load_scenario_data
-    from testbed.workloads.training.predict import for_scenario
+    from testbed.scenario.resolve import load_scenario_data
+    from testbed.workloads.training.model.predict import for_scenario
 
     def predicted(kind: str) -> dict:
         job = {"kind": kind, "model_size": "1MB", "compute_time": "200ms"}
@@ -162,8 +162,8 @@ def test_ddp_buckets_overlap_backward_when_the_model_has_several():
     """A bucket is reduced as soon as backward reaches its lowest layer: with buckets of
     1 MiB, a 20 MB model starts its ring long before backward ends, so the iteration is
     shorter than compute + ring, and never shorter than either alone."""
-    from testbed.resolve import load_scenario_data
-    from testbed.workloads.training.predict import for_scenario
+    from testbed.scenario.resolve import load_scenario_data
+    from testbed.workloads.training.model.predict import for_scenario
 
     job = {"kind": "torch-ddp", "model_size": "20MB", "compute_time": "2s", "bucket_cap": "1MiB"}
     data = {"name": "j", "topology": {"hosts": 2, "link_rate": "100mbit"},
@@ -177,9 +177,9 @@ def test_the_jobs_schedule_is_what_predict_models():
     """queue, barrier and fusion of the job map onto the Schedule predict simulates: the
     predicted time is that schedule's, and the thesis' (priority, no barrier, static) is
     faster than fifo with a barrier on a network-bound job (4 MB at 100 Mbit/s, 300 ms)."""
-    from testbed.resolve import load_scenario_data
-    from testbed.workloads.training.predict import ack_efficiency, for_scenario
-    from testbed.workloads.training.synthetic import layers_for
+    from testbed.scenario.resolve import load_scenario_data
+    from testbed.workloads.training.model.predict import ack_efficiency, for_scenario
+    from testbed.workloads.training.model.synthetic import layers_for
 
     job = {
         "kind": "torch-ddp",

@@ -4,9 +4,9 @@ import ipaddress
 
 import pytest
 
-from testbed import preflight
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data, with_overrides
+from testbed.core.errors import ScenarioError
+from testbed.network import preflight
+from testbed.scenario.resolve import load_scenario_data, with_overrides
 
 N = ipaddress.IPv4Network
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from testbed.shaping.profile import TcProfile, load_profile_data, parse_dscp, shipped_profiles
+from testbed.core.profile import TcProfile, load_profile_data, parse_dscp, shipped_profiles
 
 
 def test_shipped_profiles_load():
@@ -78,8 +78,8 @@ def test_nine_classes_are_refused_htb_has_eight_priorities():
 
 
 def test_nine_classes_in_a_scenario_name_the_field(tmp_path):
-    from testbed.errors import ScenarioError
-    from testbed.resolve import load_scenario
+    from testbed.core.errors import ScenarioError
+    from testbed.scenario.resolve import load_scenario
 
     rows = "".join(f"  - {{name: c{i}, dscp: [{i + 1}]}}\n" for i in range(9))
     (tmp_path / "nine.yaml").write_text(f"name: nine\nclasses:\n{rows}")

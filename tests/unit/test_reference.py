@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.reference import markdown
+from testbed.scenario.reference import markdown
 from testbed.workloads import kinds
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "scenario-reference.md"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario, load_scenario_data
-from testbed.scenario import dump_scenario, json_schema
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario, load_scenario_data
+from testbed.scenario.schema import dump_scenario, json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "topology": {"hosts": 4}}
@@ -398,12 +398,12 @@ def test_file_sd_dir_is_relative_to_the_scenario_and_kept_absolute(tmp_path, mon
 def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, monkeypatch):
     """A cached answer serves while the boot and the loaded modules are the same; a module
     loaded since (say sch_netem) makes testbed probe again."""
-    from testbed import preflight
-    from testbed.runtime.kernel_probe import Capabilities
+    from testbed.network import preflight
+    from testbed.network.runtime.kernel_probe import Capabilities
 
     monkeypatch.setattr(preflight, "KERNEL_CACHE", tmp_path / "cache")
     probes: list[int] = []
-    from testbed.runtime.kernel_probe import REQUIRED
+    from testbed.network.runtime.kernel_probe import REQUIRED
 
     full = frozenset(REQUIRED)
 
@@ -427,8 +427,8 @@ def test_the_kernel_probe_is_kept_until_the_kernel_can_have_changed(tmp_path, mo
 def test_a_kernel_without_receive_steering_is_named_in_one_warning():
     """Only the missing optional feature warns: the run still builds (each flow may then
     reach its receiver out of order, which the summary counts)."""
-    from testbed import preflight
-    from testbed.runtime.kernel_probe import REQUIRED, Capabilities
+    from testbed.network import preflight
+    from testbed.network.runtime.kernel_probe import REQUIRED, Capabilities
 
     assert preflight.kernel_warnings(Capabilities(frozenset({*REQUIRED, "rps"})), 10_000) == []
     (line,) = preflight.kernel_warnings(Capabilities(frozenset(REQUIRED)), 10_000)
@@ -442,9 +442,9 @@ def test_a_kernel_without_receive_steering_is_named_in_one_warning():
 def test_a_kernel_without_cls_bpf_refuses_only_the_fields_that_need_it():
     """exact-gso's uplink feed and a shared limit are BPF programs: without cls_bpf, one line
     naming the field and the way out; exact links with per-band limits need none."""
-    from testbed import preflight
-    from testbed.errors import EnvironmentProblem
-    from testbed.runtime.kernel_probe import REQUIRED, Capabilities
+    from testbed.core.errors import EnvironmentProblem
+    from testbed.network import preflight
+    from testbed.network.runtime.kernel_probe import REQUIRED, Capabilities
 
     bare = Capabilities(frozenset(REQUIRED))
 
@@ -469,7 +469,7 @@ def test_a_kernel_without_cls_bpf_refuses_only_the_fields_that_need_it():
 )  # fmt: skip
 def test_the_steering_mask_names_every_cpu_in_the_kernels_bitmap_format(cpus, mask):
     """Hex with a comma every 32 CPUs (lib/bitmap.c's bitmap_parse), counted by hand."""
-    from testbed.runtime.network import rps_mask
+    from testbed.network.runtime.network import rps_mask
 
     assert rps_mask(cpus) == mask
 
@@ -512,7 +512,7 @@ def test_a_hosts_port_limit_with_every_class_limit_is_one_line():
 def test_a_shared_limit_profile_survives_the_round_trip_a_dilated_run_takes():
     """A dilated run's scenario is the dumped one loaded again (resolve.wall_scenario), and
     the dump gives every class its limit: the default, which a shared limit keeps."""
-    from testbed.resolve import wall_scenario
+    from testbed.scenario.resolve import wall_scenario
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "thesis-exact.yaml")
     assert wall_scenario(s).tc_profile.shared_limit == 1000
@@ -520,7 +520,7 @@ def test_a_shared_limit_profile_survives_the_round_trip_a_dilated_run_takes():
 
 def test_an_override_names_a_list_item_by_its_name_or_its_index():
     """A class's floor (its guaranteed share) is a knob a sweep sets like any other."""
-    from testbed.resolve import with_overrides
+    from testbed.scenario.resolve import with_overrides
 
     s = load_scenario_data(
         {"name": "x", "topology": {"hosts": 2}, "tc_profile": "thesis-2band",

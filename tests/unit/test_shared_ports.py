@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario_data
 from testbed.workloads import kinds
 
 BASE = {"name": "p", "topology": {"hosts": 5, "link_rate": "100mbit"}}

@@ -4,7 +4,7 @@ thesis' web-search CDF (points at 10,000 ... 30,000,000 bytes) and its 1.7 MB me
 
 import pytest
 
-from testbed.metrics import size_class
+from testbed.core.stats import size_class
 
 
 @pytest.mark.parametrize(

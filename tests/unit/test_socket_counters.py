@@ -9,7 +9,7 @@ import select
 import socket
 import struct
 
-from testbed import tcpstats
+from testbed.core import tcpstats
 
 
 def info(length: int = 280, **fields: int) -> bytes:

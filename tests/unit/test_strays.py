@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from testbed.runtime import netns
+from testbed.network.runtime import netns
 
 
 def test_strays_are_testbed_names_of_runs_without_a_state_file(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The summary's declaration (testbed/summary.py): the units time dilation and `expect:` read
+"""The summary's declaration (testbed/core/summary.py): the units time dilation and `expect:` read
 from it, against the table they were written as by hand before it existed; every key a real
 summary has (tests/integration/data/summary_keys.json) is declared and reserved."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from testbed import summary
-from testbed.scenario import RESERVED_NAMES
-from testbed.summary import CLASS
+from testbed.core import summary
+from testbed.core.summary import CLASS
+from testbed.scenario.schema import RESERVED_NAMES
 
 RECORDED = Path(__file__).parents[1] / "integration" / "data" / "summary_keys.json"
 TCP = {

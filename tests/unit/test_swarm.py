@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import sweep as sw
-from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.resolve import load_scenario_data
-from testbed.swarm import dispatch
-from testbed.swarm.cluster import Node
-from testbed.swarm.results import Receiver, upload
-from testbed.swarm.run import check_kernels
-from testbed.swarm.service import PointService
+from testbed.core.errors import EnvironmentProblem, ScenarioError
+from testbed.results import sweep as sw
+from testbed.results.swarm import dispatch
+from testbed.results.swarm.cluster import Node
+from testbed.results.swarm.results import Receiver, upload
+from testbed.results.swarm.run import check_kernels
+from testbed.results.swarm.service import PointService
+from testbed.scenario.resolve import load_scenario_data
 
 BASE = {"name": "b", "duration": "5s", "topology": {"hosts": 3},
         "workloads": {"linkcheck": {}}}  # fmt: skip

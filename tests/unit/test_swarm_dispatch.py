@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed import sweep as sw
-from testbed.swarm import dispatch
-from testbed.swarm.cluster import Node
-from testbed.swarm.results import Receiver, upload
+from testbed.results import sweep as sw
+from testbed.results.swarm import dispatch
+from testbed.results.swarm.cluster import Node
+from testbed.results.swarm.results import Receiver, upload
 
 BASE = {"name": "b", "duration": "5s", "topology": {"hosts": 2}, "workloads": {"linkcheck": {}}}
 ids = itertools.count()

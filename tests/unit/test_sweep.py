@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import errors
-from testbed import sweep as sw
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario, with_overrides
+from testbed.core import errors
+from testbed.core.errors import ScenarioError
+from testbed.results import sweep as sw
+from testbed.scenario.resolve import load_scenario, with_overrides
 from testbed.workloads.websearch.controller import planned_flows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,7 +217,7 @@ def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path):
 def test_planned_flows_match_the_thesis_grid_sizing():
     """The grid example promises ≥ 150 measured small flows per cell over three seeds at the
     lightest load; count them the way the generators will draw them."""
-    from testbed.metrics import size_class
+    from testbed.core.stats import size_class
 
     base = load_scenario(ROOT / "examples" / "thesis-grid-base.yaml")
     small = 0

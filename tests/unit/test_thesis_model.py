@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from testbed.resolve import load_scenario_data
-from testbed.workloads.training import models
-from testbed.workloads.training.horovod_worker import Clock
-from testbed.workloads.training.synthetic import layers_for
+from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads.training.model import models
+from testbed.workloads.training.model.synthetic import layers_for
+from testbed.workloads.training.workers.horovod_worker import Clock
 from tests.clocks import StepClock
 
 

@@ -2,11 +2,11 @@ import ipaddress
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario_data
-from testbed.shaping.plan import HtbClass, LinkSpec, plan_links
-from testbed.shaping.profile import TcProfile, load_profile_data
-from testbed.topology import (
+from testbed.core.errors import ScenarioError
+from testbed.core.profile import TcProfile, load_profile_data
+from testbed.network.shaping.plan import HtbClass, LinkSpec, plan_links
+from testbed.scenario.resolve import load_scenario_data
+from testbed.scenario.topology import (
     RUN_PREFIX,
     TopologyPlan,
     build_plan,

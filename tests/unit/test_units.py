@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from testbed.units import (
+from testbed.core.units import (
     DURATION_PATTERN,
     PERCENT_PATTERN,
     RATE_PATTERN,

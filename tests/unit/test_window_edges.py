@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from testbed.live import late_edges
-from testbed.window import Window
+from testbed.core.window import Window
+from testbed.run.live import late_edges
 
 
 def snap(t: float):

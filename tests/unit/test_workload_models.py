@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.errors import ScenarioError
-from testbed.resolve import load_scenario, load_scenario_data, with_overrides
-from testbed.scenario import dump_scenario
-from testbed.workloads.training import models
-from testbed.workloads.training.synthetic import layers_for
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario, load_scenario_data, with_overrides
+from testbed.scenario.schema import dump_scenario
+from testbed.workloads.training.model import models
+from testbed.workloads.training.model.synthetic import layers_for
 from testbed.workloads.websearch import flowsizes
 
 ROOT = Path(__file__).resolve().parents[2]

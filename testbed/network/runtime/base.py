@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from pyroute2 import IPRoute
 
-    from testbed.shaping.stats import ClassReader
+    from testbed.network.shaping.stats import ClassReader
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyroute2 import IPRoute, netns
 
-from testbed.errors import EnvironmentProblem, RunFailure, ScenarioError
-from testbed.runtime.base import Launch, NodeProcess, PolledProcess
-from testbed.runtime.declared import DockerOptions
-from testbed.runtime.engine import client, short_error
-from testbed.runtime.namespaces import NETNS_DIR, create_netns
-from testbed.runtime.netns import process_running, run_in_netns, spawn_python
-from testbed.runtime.netns import teardown as netns_teardown
-from testbed.runtime.network import Network
-from testbed.state import RunState, all_states, proc_start_time
-from testbed.topology import RUN_PREFIX, Host, TopologyPlan, parse_name
+from testbed.core.errors import EnvironmentProblem, RunFailure, ScenarioError
+from testbed.core.state import RunState, all_states, proc_start_time
+from testbed.network.runtime.base import Launch, NodeProcess, PolledProcess
+from testbed.network.runtime.engine import client, short_error
+from testbed.network.runtime.namespaces import NETNS_DIR, create_netns
+from testbed.network.runtime.netns import process_running, run_in_netns, spawn_python
+from testbed.network.runtime.netns import teardown as netns_teardown
+from testbed.network.runtime.network import Network
+from testbed.scenario.runtimes import DockerOptions
+from testbed.scenario.topology import RUN_PREFIX, Host, TopologyPlan, parse_name
 
 if TYPE_CHECKING:
     import docker
@@ -286,7 +286,7 @@ class DockerRuntime:
         imports for itself (its own file system and cgroup), and every container has its own
         hostname already, so `new_uts` has nothing to do. `ns` None: a service of this
         machine (the root namespace, where the management bridge is), as on netns."""
-        from testbed.images import NODE_PYTHON
+        from testbed.network.images import NODE_PYTHON
 
         if ns is None:
             return spawn_python(None, dataclasses.replace(launch, gid=None, new_uts=False))
@@ -420,7 +420,7 @@ class DockerKind:
         the run exists: a failure here leaves nothing behind."""
         import docker
 
-        from testbed.images import ensure_node_image
+        from testbed.network.images import ensure_node_image
 
         assert s.runtime_options is not None
         engine = client()

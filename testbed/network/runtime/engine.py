@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from testbed.errors import EnvironmentProblem
+from testbed.core.errors import EnvironmentProblem
 
 if TYPE_CHECKING:
     import docker

@@ -35,8 +35,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from testbed.runtime.base import Launch, PolledProcess
-from testbed.stopping import checkpoint
+from testbed.core.stopping import checkpoint
+from testbed.network.runtime.base import Launch, PolledProcess
 
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWNET = 0x40000000
@@ -211,7 +211,7 @@ class ForkServer:
         try:
             self.proc = subprocess.Popen(
                 ["setpriv", "--pdeathsig", "KILL", "--",
-                 sys.executable, "-m", "testbed.runtime.forkserver", *preload],
+                 sys.executable, "-m", "testbed.network.runtime.forkserver", *preload],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -252,7 +252,7 @@ class ForkServer:
         return self.proc.poll() is None
 
     def wait_ready(self, timeout: float) -> None:
-        from testbed.errors import RunFailure
+        from testbed.core.errors import RunFailure
 
         deadline = time.monotonic() + timeout
         with self._cv:
@@ -266,7 +266,7 @@ class ForkServer:
             raise RunFailure(f"the fork server for {', '.join(self.preload)} failed: {why}")
 
     def spawn(self, netns_path: Path, launch: Launch) -> ForkedProcess:
-        from testbed.errors import RunFailure
+        from testbed.core.errors import RunFailure
 
         with self._cv:
             rid = self._next

@@ -15,12 +15,12 @@ from pathlib import Path
 from pyroute2 import protocols
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.runtime.namespaces import scratch
-from testbed.shaping.apply import CLSACT_INGRESS, tc_call
-from testbed.shaping.bpf import BpfError
-from testbed.shaping.plan import Redirect
-from testbed.shaping.uplink import load_clone
-from testbed.topology import NETNS_NAMES
+from testbed.network.runtime.namespaces import scratch
+from testbed.network.shaping.apply import CLSACT_INGRESS, tc_call
+from testbed.network.shaping.bpf import BpfError
+from testbed.network.shaping.plan import Redirect
+from testbed.network.shaping.uplink import load_clone
+from testbed.scenario.topology import NETNS_NAMES
 
 HOW = {
     "veth": "CONFIG_VETH (modprobe veth)",

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pyroute2 import IPRoute, netns
 
-from testbed import netlink as nl
-from testbed.errors import RunFailure
+from testbed.core.errors import RunFailure
+from testbed.network import netlink as nl
 
 NETNS_DIR = Path("/run/netns")
 

@@ -26,14 +26,14 @@ from typing import Any, Literal
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed import netlink as nl
-from testbed.errors import EnvironmentProblem, RunFailure, ScenarioError
-from testbed.runtime import forkserver
-from testbed.runtime.base import Launch, NodeProcess
-from testbed.runtime.namespaces import NETNS_DIR, create_netns, remove_netns
-from testbed.runtime.network import Network
-from testbed.state import STATE_DIR, RunLock, RunState, proc_start_time
-from testbed.topology import TopologyPlan, link_group, parse_name
+from testbed.core.errors import EnvironmentProblem, RunFailure, ScenarioError
+from testbed.core.state import STATE_DIR, RunLock, RunState, proc_start_time
+from testbed.network import netlink as nl
+from testbed.network.runtime import forkserver
+from testbed.network.runtime.base import Launch, NodeProcess
+from testbed.network.runtime.namespaces import NETNS_DIR, create_netns, remove_netns
+from testbed.network.runtime.network import Network
+from testbed.scenario.topology import TopologyPlan, link_group, parse_name
 
 log = logging.getLogger(__name__)
 SYS_NET = Path("/sys/class/net")  # the root namespace's interfaces

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from pyroute2 import IPRoute
 from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
 
-from testbed import netlink as nl
-from testbed.errors import RunFailure
-from testbed.runtime.namespaces import (
+from testbed.core.errors import RunFailure
+from testbed.core.state import RunState
+from testbed.network import netlink as nl
+from testbed.network.runtime.namespaces import (
     inside,
     netns_fd,
     open_ipr,
@@ -29,10 +30,9 @@ from testbed.runtime.namespaces import (
     read_proc_net,
     write_sysctl,
 )
-from testbed.shaping.plan import segments_per_packet
-from testbed.shaping.stats import ClassReader
-from testbed.state import RunState
-from testbed.topology import (
+from testbed.network.shaping.plan import segments_per_packet
+from testbed.network.shaping.stats import ClassReader
+from testbed.scenario.topology import (
     CLASSIC_RECOVERY,
     IF_BRIDGE,
     IF_DATA,

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed.runtime import docker, netns
-from testbed.runtime.base import Runtime
-from testbed.runtime.namespaces import names_with_prefix
-from testbed.state import RunState
-from testbed.topology import TopologyPlan
+from testbed.core.state import RunState
+from testbed.network.runtime import docker, netns
+from testbed.network.runtime.base import Runtime
+from testbed.network.runtime.namespaces import names_with_prefix
+from testbed.scenario.topology import TopologyPlan
 
 
 class RuntimeKind(Protocol):

@@ -12,8 +12,8 @@ from functools import cache
 from pyroute2 import IPBatch, IPRoute, protocols
 from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
 
-from testbed import netlink as nl
-from testbed.shaping.plan import (
+from testbed.network import netlink as nl
+from testbed.network.shaping.plan import (
     ByteFifo,
     CloneRedirect,
     Clsact,
@@ -28,8 +28,8 @@ from testbed.shaping.plan import (
     SharedLimitOut,
     TcObject,
 )
-from testbed.shaping.shared_limit import Counters
-from testbed.shaping.uplink import load_clone
+from testbed.network.shaping.shared_limit import Counters
+from testbed.network.shaping.uplink import load_clone
 
 CLSACT_EGRESS = "ffff:fff3"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
 CLSACT_INGRESS = "ffff:fff2"  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)

@@ -60,8 +60,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from testbed.shaping.profile import TcProfile
-from testbed.topology import LinkEnd
+from testbed.core.profile import TcProfile
+from testbed.scenario.topology import LinkEnd
 
 ETHERNET_HEADER = 14  # HTB counts the frame without FCS and preamble
 BURST_SECONDS = 100e-6  # token bucket depth at the link rate (see the module docstring)

@@ -26,7 +26,7 @@ import ctypes
 import os
 import struct
 
-from testbed.shaping.bpf import (
+from testbed.network.shaping.bpf import (
     BPF_MAP_CREATE,
     BPF_MAP_LOOKUP_ELEM,
     BPF_MAP_TYPE_ARRAY,
@@ -36,7 +36,7 @@ from testbed.shaping.bpf import (
     bpf,
     load_program,
 )
-from testbed.shaping.bpf import insn as _insn
+from testbed.network.shaping.bpf import insn as _insn
 
 FUNC_MAP_LOOKUP_ELEM = 1
 

@@ -42,7 +42,7 @@ import socket
 import struct
 from pathlib import Path
 
-from testbed.shaping.bpf import BpfError, bpf, insn, load_program
+from testbed.network.shaping.bpf import BpfError, bpf, insn, load_program
 
 BPF_MAP_CREATE, BPF_MAP_UPDATE_ELEM = 0, 2
 BPF_PROG_ATTACH, BPF_PROG_DETACH, BPF_PROG_QUERY, BPF_LINK_CREATE = 8, 9, 16, 28

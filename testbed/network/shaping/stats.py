@@ -10,8 +10,8 @@ from typing import Any
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed import netlink as nl
-from testbed.shaping.plan import InterfacePlan, burst_bytes
+from testbed.network import netlink as nl
+from testbed.network.shaping.plan import InterfacePlan, burst_bytes
 
 Counters = dict[
     str, dict[str, int]

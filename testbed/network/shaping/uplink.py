@@ -19,7 +19,7 @@ Five instructions: r1 (the packet) is the program's context already.
 
 from __future__ import annotations
 
-from testbed.shaping.bpf import TC_ACT_SHOT, insn, load_program
+from testbed.network.shaping.bpf import TC_ACT_SHOT, insn, load_program
 
 FUNC_CLONE_REDIRECT = 13  # bpf_clone_redirect(skb, ifindex, flags)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.errors import EnvironmentProblem
+from testbed.core.errors import EnvironmentProblem
 
 LABEL_SWEEP = "testbed.sweep"  # on a point's service, config and container: the sweep's id
 LABEL_POINT = "testbed.point"  # the point's index

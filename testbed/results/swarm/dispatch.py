@@ -27,14 +27,14 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import EnvironmentProblem, ScenarioError
-from testbed.state import proc_start_time
-from testbed.stopping import checkpoint, signals_ignored
-from testbed.swarm import cluster
-from testbed.swarm.cluster import LABEL_SWEEP, Node
-from testbed.swarm.results import Receiver
-from testbed.swarm.service import STOP_GRACE_S, PointService
-from testbed.sweep import (
+from testbed.core.errors import EnvironmentProblem, ScenarioError
+from testbed.core.state import proc_start_time
+from testbed.core.stopping import checkpoint, signals_ignored
+from testbed.results.swarm import cluster
+from testbed.results.swarm.cluster import LABEL_SWEEP, Node
+from testbed.results.swarm.results import Receiver
+from testbed.results.swarm.service import STOP_GRACE_S, PointService
+from testbed.results.sweep import (
     NOT_RUN,
     Outcome,
     Point,
@@ -374,7 +374,7 @@ def probe_nodes(
     c: Any, image: str, sweep_id: str, nodes: list[Node], timeout_s: float = PENDING_S
 ) -> dict[str, dict[str, Any]]:
     """Each usable node's kernel capabilities, from a one-task service there (point --probe)."""
-    from testbed.swarm.service import probe_kwargs
+    from testbed.results.swarm.service import probe_kwargs
 
     services = {n.id: c.services.create(**probe_kwargs(image, n.id, sweep_id, owner()))
                 for n in nodes}  # fmt: skip

@@ -27,14 +27,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import EnvironmentProblem
-from testbed.images import cache_dir, ensure_node_image, file_sha256
-from testbed.stopping import checkpoint
+from testbed.core.errors import EnvironmentProblem
+from testbed.core.stopping import checkpoint
+from testbed.network.images import cache_dir, ensure_node_image, file_sha256
 
 PORT = 5000
 STORAGE = Path("/var/lib/testbed/registry")
 RUNNER_DOCKERFILE = """\
-# testbed's swarm runner: the node image and this machine's Prometheus (testbed/swarm/image.py)
+# testbed's swarm runner: the node image and this machine's Prometheus (testbed/results/swarm/image.py)
 ARG NODE
 FROM ${NODE}
 COPY prometheus /usr/bin/prometheus

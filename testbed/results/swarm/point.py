@@ -1,7 +1,7 @@
 """What a point's task runs on its node (the service's command): `testbed up` of the point's
 scenario, as a user would run it, then its run folder back to the sweep.
 
-    python -m testbed.swarm.point --scenario FILE --folder NAME --upload URL --token TOKEN
+    python -m testbed.results.swarm.point --scenario FILE --folder NAME --upload URL --token TOKEN
 
 The task has a network namespace of its own, so the run's namespaces, links and processes
 live and die with the task. Docker mounts /proc/sys read-only in a container; the run writes
@@ -36,7 +36,7 @@ APPARMOR = (
 
 
 def probe() -> int:
-    from testbed.runtime.kernel_probe import HOW, REQUIRED, probe
+    from testbed.network.runtime.kernel_probe import HOW, REQUIRED, probe
 
     if not remount_proc_sys():
         print(json.dumps({"present": [], "missing": ["mount"], "how": {"mount": APPARMOR}}),
@@ -54,7 +54,7 @@ def probe() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="testbed.swarm.point")
+    ap = argparse.ArgumentParser(prog="testbed.results.swarm.point")
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--scenario", type=Path)
     ap.add_argument("--folder")
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.probe:
         return probe()
-    from testbed.swarm.results import upload
+    from testbed.results.swarm.results import upload
 
     remount_proc_sys()
     out = WORK / args.folder

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import EnvironmentProblem
-from testbed.stopping import signals_flag
-from testbed.swarm import cluster, dispatch
-from testbed.swarm.image import Registry, runner_image
-from testbed.swarm.results import Receiver
-from testbed.sweep import Outcome, Point, SweepSpec
+from testbed.core.errors import EnvironmentProblem
+from testbed.core.stopping import signals_flag
+from testbed.results.swarm import cluster, dispatch
+from testbed.results.swarm.image import Registry, runner_image
+from testbed.results.swarm.results import Receiver
+from testbed.results.sweep import Outcome, Point, SweepSpec
 
 
 def usable_nodes(c: Any) -> list[cluster.Node]:

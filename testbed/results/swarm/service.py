@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.swarm.cluster import LABEL_FOLDER, LABEL_POINT, LABEL_SWEEP
+from testbed.results.swarm.cluster import LABEL_FOLDER, LABEL_POINT, LABEL_SWEEP
 
 SCENARIO_PATH = "/run/testbed-point/scenario.yaml"
 STOP_GRACE_S = 90  # `testbed up` tears down on SIGTERM; a 256-host run needs seconds
@@ -47,7 +47,7 @@ class PointService:
             "command": [
                 "python",
                 "-m",
-                "testbed.swarm.point",
+                "testbed.results.swarm.point",
                 "--scenario",
                 SCENARIO_PATH,
                 "--folder",
@@ -77,7 +77,7 @@ def probe_kwargs(image: str, node_id: str, sweep_id: str, owner: str = "") -> di
     return {
         "image": image,
         "name": f"tb-{sweep_id}-probe-{node_id[:12]}",
-        "command": ["python", "-m", "testbed.swarm.point", "--probe"],
+        "command": ["python", "-m", "testbed.results.swarm.point", "--probe"],
         "constraints": [f"node.id=={node_id}"],
         "mode": ServiceMode("replicated", replicas=1),
         "restart_policy": RestartPolicy(condition="none"),

@@ -24,9 +24,9 @@ import json
 import logging
 from typing import Any
 
-from testbed.metrics import describe
-from testbed.paths import link_seconds
-from testbed.topology import Host
+from testbed.core.paths import link_seconds
+from testbed.core.stats import describe
+from testbed.scenario.topology import Host
 from testbed.workloads.controller import Controller
 from testbed.workloads.ensemble.node import FIELDS, HEADER
 from testbed.workloads.ensemble.spec import EnsembleWorkload, rounds_file, transfers

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.metrics.exporters import start_node_exporter
-from testbed.tcpstats import bytes_received
-from testbed.window import Window, wait_for_go
+from testbed.core.exporters import start_node_exporter
+from testbed.core.tcpstats import bytes_received
+from testbed.core.window import Window, wait_for_go
 
 HEADER = struct.Struct("!BIHI")  # kind (RAW, BLOCK), round, origin (index in hosts), bytes
 RAW, BLOCK = 0, 1

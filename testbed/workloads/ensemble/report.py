@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.runs import Run, fmt_pct, pct_change, prefixed, pyplot
+from testbed.core.runs import Run, fmt_pct, pct_change, prefixed, pyplot
 from testbed.workloads.ensemble.spec import rounds_file
 
 COLUMNS = ("image_rate_mean", "image_rate_min", "image_rate_limit", "wait_share_mean")

@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from testbed.fields import FieldProblem, Size
-from testbed.paths import link_seconds
+from testbed.core.fields import FieldProblem, Size
+from testbed.core.paths import link_seconds
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 

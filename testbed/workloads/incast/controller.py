@@ -10,9 +10,9 @@ import json
 import logging
 from typing import Any
 
-from testbed.metrics import describe
-from testbed.paths import link_seconds, path_rate
-from testbed.tcpstats import socket_section
+from testbed.core.paths import link_seconds, path_rate
+from testbed.core.stats import describe
+from testbed.core.tcpstats import socket_section
 from testbed.workloads.controller import Controller
 from testbed.workloads.flows import served_counters
 from testbed.workloads.incast.node import FIELDS

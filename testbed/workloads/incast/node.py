@@ -46,7 +46,7 @@ def registry() -> tuple[Any, dict[str, Any]]:
     of scenario time)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from testbed.metrics.exporters import DURATION_BUCKETS
+    from testbed.core.exporters import DURATION_BUCKETS
 
     reg = CollectorRegistry()
     return reg, {

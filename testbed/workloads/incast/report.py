@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
+from testbed.core.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
 from testbed.workloads.incast.spec import queries_file
 
 COLUMNS = ("qct_mean_s", "qct_p99_s", "queries_measured")  # sweep.csv

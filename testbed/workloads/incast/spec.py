@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from testbed.fields import FieldProblem, Percent, Size
-from testbed.tcpstats import SOCKET_UNITS
+from testbed.core.fields import FieldProblem, Percent, Size
+from testbed.core.tcpstats import SOCKET_UNITS
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 

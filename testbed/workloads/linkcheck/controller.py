@@ -10,9 +10,9 @@ import json
 import logging
 from typing import Any
 
-from testbed.errors import RunFailure
-from testbed.metrics import describe
-from testbed.topology import Host, TopologyPlan
+from testbed.core.errors import RunFailure
+from testbed.core.stats import describe
+from testbed.scenario.topology import Host, TopologyPlan
 from testbed.workloads.controller import Context, Controller
 from testbed.workloads.linkcheck.spec import LinkcheckWorkload
 

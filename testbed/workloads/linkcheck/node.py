@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.window import wait_for_go
+from testbed.core.window import wait_for_go
 
 HEADER = struct.Struct("!4sBBxxQ")
 MAGIC = b"TBLC"

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.runs import Run, prefixed
+from testbed.core.runs import Run, prefixed
 
 COLUMNS: tuple[str, ...] = ()  # sweep.csv: none
 

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from testbed.fields import Duration, FieldProblem, Size
-from testbed.shaping.profile import Dscp
+from testbed.core.fields import Duration, FieldProblem, Size
+from testbed.core.profile import Dscp
 from testbed.workloads.base import WorkloadConfig
 from testbed.workloads.registry import Kind, register
 

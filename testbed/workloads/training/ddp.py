@@ -18,15 +18,15 @@ import logging
 import time
 from typing import Any
 
-from testbed.errors import RunFailure
-from testbed.runtime.base import Launch, NodeProcess
-from testbed.stopping import checkpoint
+from testbed.core.errors import RunFailure
+from testbed.core.stopping import checkpoint
+from testbed.network.runtime.base import Launch, NodeProcess
 from testbed.workloads.training.horovod import HorovodJob, nccl_env
-from testbed.workloads.training.synthetic import fusion_of
+from testbed.workloads.training.model.synthetic import fusion_of
 
 log = logging.getLogger(__name__)
-WORKER_MODULE = "testbed.workloads.training.ddp_worker"
-STORE_MODULE = "testbed.workloads.training.ddp_store"
+WORKER_MODULE = "testbed.workloads.training.workers.ddp_worker"
+STORE_MODULE = "testbed.workloads.training.workers.ddp_store"
 PRELOAD = ("torch", "torch.distributed", WORKER_MODULE, STORE_MODULE)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed import preflight as machine
-from testbed.errors import EnvironmentProblem
-from testbed.runtime import registry
-from testbed.topology import Host
+from testbed.core.errors import EnvironmentProblem
+from testbed.network import preflight as machine
+from testbed.network.runtime import registry
+from testbed.scenario.topology import Host
 
 
 def gpu_assignment(gpus: Any, visible: list[int], workers: int) -> list[list[int]]:

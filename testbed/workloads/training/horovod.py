@@ -31,26 +31,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import EnvironmentProblem
-from testbed.metrics import describe
-from testbed.stopping import checkpoint
-from testbed.tcpstats import SWITCHED, socket_section, window_counters
-from testbed.topology import Host
+from testbed.core.errors import EnvironmentProblem
+from testbed.core.stats import describe
+from testbed.core.stopping import checkpoint
+from testbed.core.tcpstats import SWITCHED, socket_section, window_counters
+from testbed.scenario.topology import Host
 from testbed.workloads.controller import Context, Controller
 from testbed.workloads.marking import mark_group
 from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.registry import load
 from testbed.workloads.training.gpus import devices
-from testbed.workloads.training.horovod_worker import FIELDS, sockets_file
-from testbed.workloads.training.models import SMALL_CNN_LAYERS
+from testbed.workloads.training.model.models import SMALL_CNN_LAYERS
+from testbed.workloads.training.model.synthetic import layers_for
 from testbed.workloads.training.policies import POLICIES
-from testbed.workloads.training.rendezvous import RendezvousStore
 from testbed.workloads.training.spec import HorovodWorkload, iterations_file
-from testbed.workloads.training.synthetic import layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, breakdown
+from testbed.workloads.training.workers.horovod_worker import FIELDS, sockets_file
+from testbed.workloads.training.workers.rendezvous import RendezvousStore
 
 log = logging.getLogger(__name__)
-WORKER_MODULE = "testbed.workloads.training.horovod_worker"
+WORKER_MODULE = "testbed.workloads.training.workers.horovod_worker"
 # imported once per run by the fork server: ~2.5 s of CPU each that workers need not repeat
 PRELOAD = ("torch", "horovod.torch", WORKER_MODULE)
 # Horovod's Gloo waits this long for a peer's data before it shuts the job down: a workload

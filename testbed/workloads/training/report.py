@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import TestbedError
-from testbed.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
+from testbed.core.errors import TestbedError
+from testbed.core.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
 from testbed.workloads.training.spec import iterations_file
 
 KINDS = ("horovod", "torch-ddp")
@@ -21,8 +21,8 @@ COLUMNS = ("iteration_mean_s", "iteration_p99_s", "iterations_measured")  # swee
 
 def predicted(run: Run, name: str) -> float | None:
     """The event model's iteration time of the instance, alone on its links."""
-    from testbed.resolve import load_scenario
-    from testbed.workloads.training.predict import for_instance
+    from testbed.scenario.resolve import load_scenario
+    from testbed.workloads.training.model.predict import for_instance
 
     try:
         return for_instance(name, load_scenario(run.path / "scenario.yaml"))["iteration_s"]

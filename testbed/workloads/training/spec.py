@@ -18,12 +18,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from testbed.addressing import with_class_addresses
-from testbed.fields import Duration, FieldProblem, Size
-from testbed.tcpstats import SOCKET_UNITS
+from testbed.core.addressing import with_class_addresses
+from testbed.core.fields import Duration, FieldProblem, Size
+from testbed.core.tcpstats import SOCKET_UNITS
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
-from testbed.workloads.training import models
+from testbed.workloads.training.model import models
+from testbed.workloads.training.model.synthetic import fusion_of
 from testbed.workloads.training.policies import (
     POLICIES,
     ByRatioPolicy,
@@ -33,7 +34,6 @@ from testbed.workloads.training.policies import (
     StaticPolicy,
     TailPolicy,
 )
-from testbed.workloads.training.synthetic import fusion_of
 
 DEFAULT_COMPUTE_S = 0.9  # thesis Table 4.1
 
@@ -404,7 +404,7 @@ def resolve(
 ) -> None:
     """Checks that need the rest of the scenario, then `derived`. `place`: the class and DSCP
     the loader resolved for the instance."""
-    from testbed.paths import ring_bottleneck
+    from testbed.core.paths import ring_bottleneck
 
     _check_fields(w)
     _check_schedule(w)
@@ -509,7 +509,7 @@ SUMMARY = {
 # without `timeline: true` (and torch-ddp, which has no Horovod timeline) the section has none
 NO_TIMELINE = {k: v for k, v in SUMMARY.items() if k != "timeline"}
 # a job whose policy is not static: what its policy did inside the window, per policy
-# (training/adaptive.py, training/per_transfer.py)
+# (training/policies/adaptive.py, training/policies/per_transfer.py)
 POLICY_SHAPES = {
     "adaptive": {
         "budget_pct": "pct",
@@ -556,7 +556,7 @@ for _kind, _config, _doc, _summary in (
     register(
         Kind(
             name=_kind,
-            metrics="testbed.workloads.training.metrics:registry",
+            metrics="testbed.workloads.training.workers.metrics:registry",
             files=("profile",),
             config=_config,
             controller="testbed.workloads.training.controller:make",
@@ -567,11 +567,11 @@ for _kind, _config, _doc, _summary in (
             summary_of=summary_of,
             resolve=resolve,
             dilate=dilate,
-            resolve_group="testbed.workloads.training.groups:resolve",
+            resolve_group="testbed.workloads.training.policies.groups:resolve",
             records=lambda name: iterations_file(name),
             record_durations=("duration_s", "compute_s", "wait_s"),
             preflight="testbed.workloads.training.gpus:preflight",
-            predict="testbed.workloads.training.predict:for_instance",
+            predict="testbed.workloads.training.model.predict:for_instance",
             predictable=lambda w: w.mode == "synthetic",
             devices="testbed.workloads.training.gpus:devices",
             binaries=("iptables",),

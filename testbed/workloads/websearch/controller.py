@@ -9,10 +9,10 @@ import json
 import logging
 from typing import Any
 
-from testbed.metrics import describe, size_class
-from testbed.paths import path_rate
-from testbed.scenario import Scenario
-from testbed.tcpstats import SWITCHED, socket_section
+from testbed.core.paths import path_rate
+from testbed.core.stats import describe, size_class
+from testbed.core.tcpstats import SWITCHED, socket_section
+from testbed.scenario.schema import Scenario
 from testbed.workloads.controller import Controller
 from testbed.workloads.flows import JOINED, join_served, served_counters
 from testbed.workloads.marking import demote_after

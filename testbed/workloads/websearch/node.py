@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from testbed.metrics import size_class
+from testbed.core.stats import size_class
 from testbed.workloads import flows
 from testbed.workloads.websearch.flowsizes import sample
 
@@ -56,7 +56,7 @@ def registry() -> tuple[Any, dict[str, Any]]:
     class (seconds of scenario time)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from testbed.metrics.exporters import DURATION_BUCKETS
+    from testbed.core.exporters import DURATION_BUCKETS
 
     reg = CollectorRegistry()
     return reg, {

@@ -11,10 +11,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import ScenarioError
-from testbed.metrics import describe as stats
-from testbed.metrics import size_class
-from testbed.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
+from testbed.core.errors import ScenarioError
+from testbed.core.runs import Run, fmt_ms, fmt_pct, pct_change, prefixed, pyplot
+from testbed.core.stats import describe as stats
+from testbed.core.stats import size_class
 from testbed.workloads.websearch.spec import flows_file
 
 CLASSES = ("small", "medium", "large", "all")

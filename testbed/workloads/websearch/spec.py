@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from testbed.fields import STRICT, FieldProblem, Percent, Size
-from testbed.tcpstats import SOCKET_UNITS
+from testbed.core.fields import STRICT, FieldProblem, Percent, Size
+from testbed.core.tcpstats import SOCKET_UNITS
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.websearch import flowsizes
@@ -114,7 +114,7 @@ def resolve(
     """Per host, as in the thesis: each host starts `arrival_rate` flows/s, so each host link
     carries arrival_rate · mean size on average (its own flows' replies come in on its downlink,
     and the requests of the others go out on its uplink)."""
-    from testbed.paths import fabric_load_per_host_load
+    from testbed.core.paths import fabric_load_per_host_load
 
     try:
         cdf, w.sizes = flowsizes.resolve(w.sizes, base_dir)

@@ -40,12 +40,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from testbed.paths import ack_efficiency
-from testbed.workloads.training import models
-from testbed.workloads.training.models import Layer, buckets_for, with_thesis_compute
+from testbed.core.paths import ack_efficiency
+from testbed.workloads.training.model import models
+from testbed.workloads.training.model.models import Layer, buckets_for, with_thesis_compute
 
 if TYPE_CHECKING:
-    from testbed.scenario import Scenario
+    from testbed.scenario.schema import Scenario
 
 
 ACK_EFFICIENCY = ack_efficiency()
@@ -231,8 +231,8 @@ def for_instance(name: str, s: Scenario) -> dict[str, Any]:
 def _model(name: str, s: Scenario) -> tuple[Any, list[Layer], Network, dict[str, Any]]:
     """Training instance `name`'s layers, its network alone and its fusion (Schedule's fields
     but queue and barrier)."""
-    from testbed.paths import leaf_of
-    from testbed.workloads.training.synthetic import fusion_of, layers_for
+    from testbed.core.paths import leaf_of
+    from testbed.workloads.training.model.synthetic import fusion_of, layers_for
 
     h = s.workloads.get(name)
     if h is None or h.kind not in ("horovod", "torch-ddp"):
@@ -269,7 +269,7 @@ def network_arcs(name: str, s: Scenario) -> tuple[float, list[tuple[float, float
     """Instance `name`'s iteration time alone and, in its steady state, when its ring is busy:
     (start, end) of each reduction, from the start of its iteration's forward pass (an end
     may lie past the iteration, where reductions overlap the next forward). Policy
-    `interleave` places these on the jobs' common period (training/interleave.py)."""
+    `interleave` places these on the jobs' common period (training/policies/interleave.py)."""
     h, layers, net, fusion = _model(name, s)
     p = simulate(layers, net, Schedule(queue=h.queue, barrier=h.barrier, **fusion))
     t0 = p.forward_starts[-1]

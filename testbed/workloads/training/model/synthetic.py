@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from testbed.workloads.training import models
+from testbed.workloads.training.model import models
 
 
 def layers_for(w: Any) -> list[models.Layer]:

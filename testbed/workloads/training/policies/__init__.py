@@ -23,7 +23,7 @@ module, and one line in POLICIES.
   still reducing when backward ends, the bytes that set the iteration time.
 - interleave: jobs that take turns (CASSINI, NSDI'24): the jobs with this policy share one
   period and each starts its iterations at an offset in it, computed from the jobs' own
-  models so that their network phases do not overlap (training/interleave.py). A given
+  models so that their network phases do not overlap (training/policies/interleave.py). A given
   offset is kept as given; today's `start` only shifts a job's first iteration, which drifts.
   Any backend: it acts on when iterations start, not on their traffic. With `classes`, the
   group is also ranked as by-ratio ranks (slots keep the phases apart, classes decide the
@@ -32,7 +32,7 @@ module, and one line in POLICIES.
   by compute-to-network ratio, and the most compute-intensive job, which idles the most
   compute per byte it waits for, gets the first of `classes`, the next the second, and so on
   (the rest share the last). Resolved at load: the job's class is the policy's, fixed for the
-  run (training/ranking.py)."""
+  run (training/policies/ranking.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from testbed.fields import STRICT, Duration, Percent
+from testbed.core.fields import STRICT, Duration, Percent
 
 
 class StaticPolicy(BaseModel):
@@ -199,32 +199,37 @@ class Declared:
     # needs a connection set per class, which only torch-ddp's scheduled loop opens
     backends: tuple[str, ...] = ("horovod", "torch-ddp")
     switchable: bool = False  # the job's own mark changes while it runs (marking.set_mark)
-    per_transfer: bool = False  # its classes are per buffer (training/per_transfer.py)
+    per_transfer: bool = False  # its classes are per buffer (training/policies/per_transfer.py)
 
 
 POLICIES: dict[str, Declared] = {
     "static": Declared("static", StaticPolicy, None),
     "adaptive": Declared(
-        "adaptive", AdaptivePolicy, "testbed.workloads.training.adaptive:start", switchable=True
+        "adaptive",
+        AdaptivePolicy,
+        "testbed.workloads.training.policies.adaptive:start",
+        switchable=True,
     ),
     "layers": Declared(
         "layers",
         LayersPolicy,
-        "testbed.workloads.training.per_transfer:start",
+        "testbed.workloads.training.policies.per_transfer:start",
         backends=("torch-ddp",),
         per_transfer=True,
     ),
     "tail": Declared(
         "tail",
         TailPolicy,
-        "testbed.workloads.training.per_transfer:start",
+        "testbed.workloads.training.policies.per_transfer:start",
         backends=("torch-ddp",),
         per_transfer=True,
     ),
     "interleave": Declared(
-        "interleave", InterleavePolicy, "testbed.workloads.training.interleave:start"
+        "interleave", InterleavePolicy, "testbed.workloads.training.policies.interleave:start"
     ),
-    "by-ratio": Declared("by-ratio", ByRatioPolicy, "testbed.workloads.training.ranking:start"),
+    "by-ratio": Declared(
+        "by-ratio", ByRatioPolicy, "testbed.workloads.training.policies.ranking:start"
+    ),
 }
 
 

@@ -140,7 +140,7 @@ class Adaptive:
 def start(job: Any) -> Adaptive:
     """The runner of training job `job` (horovod.HorovodJob) whose policy is adaptive."""
     from testbed.workloads.marking import set_mark
-    from testbed.workloads.training.predict import for_instance
+    from testbed.workloads.training.model.predict import for_instance
 
     cfg: AdaptivePolicy = job.cfg.policy
     hosts = job.hosts()

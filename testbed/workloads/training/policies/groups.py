@@ -1,5 +1,5 @@
 """What training policies derive across jobs, once every job of the scenario is resolved
-(the kind's `resolve_group`, called by testbed.resolve): the classes of by-ratio, and of
+(the kind's `resolve_group`, called by testbed.scenario.resolve): the classes of by-ratio, and of
 interleave when it gives `classes` (ranking.py), and interleave's given offsets, checked
 against the group's period (interleave.py). Each needs every job of its group, which no
 single job's resolve sees."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.fields import FieldProblem
-from testbed.units import format_duration
-from testbed.workloads.training.interleave import plan_for
+from testbed.core.fields import FieldProblem
+from testbed.core.units import format_duration
 from testbed.workloads.training.policies import group as jobs_with
-from testbed.workloads.training.ranking import classes
+from testbed.workloads.training.policies.interleave import plan_for
+from testbed.workloads.training.policies.ranking import classes
 
 
 def resolve(s: Any) -> None:

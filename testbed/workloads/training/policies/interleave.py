@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.workloads.training.horovod_worker import pace_file
 from testbed.workloads.training.policies import group
-from testbed.workloads.training.ranking import rank_in
+from testbed.workloads.training.policies.ranking import rank_in
+from testbed.workloads.training.workers.horovod_worker import pace_file
 
 GRID = 720  # offsets tried per period
 
@@ -347,7 +347,7 @@ def plan_for(s: Any) -> tuple[list[Profile], dict[str, Slot]]:
     """The group of scenario `s` (every training job whose policy is interleave) and its
     slots, at the largest margin any of them asks for. Every job's runner computes the same
     plan from the same scenario; the loader computes it too, to check given offsets."""
-    from testbed.workloads.training.predict import network_arcs
+    from testbed.workloads.training.model.predict import network_arcs
 
     jobs, margin, given = [], 0.0, None
     for name, w in group(s, "interleave").items():

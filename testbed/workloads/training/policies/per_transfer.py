@@ -18,11 +18,11 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.topology import class_address
+from testbed.scenario.topology import class_address
 from testbed.workloads.marking import mark_addresses
-from testbed.workloads.training.ddp_schedule import class_bytes, plan_for
-from testbed.workloads.training.models import BYTES_PER_PARAM
+from testbed.workloads.training.model.models import BYTES_PER_PARAM
 from testbed.workloads.training.policies import LayersPolicy
+from testbed.workloads.training.workers.ddp_schedule import class_bytes, plan_for
 
 
 class PerTransfer:
@@ -77,7 +77,7 @@ class PerTransfer:
 
 def chosen_layers(job: Any, sizes: list[int]) -> list[int]:
     """The layers whose buffers go to the policy's class."""
-    from testbed.workloads.training.predict import exposed_layers
+    from testbed.workloads.training.model.predict import exposed_layers
 
     p = job.cfg.policy
     if isinstance(p, LayersPolicy):

@@ -1,5 +1,5 @@
 """torch-ddp's scheduled synthetic loop: the transfer schedules of `testbed predict`
-(training/predict.py) run by real torch.distributed workers, for the schedules DDP itself
+(training/model/predict.py) run by real torch.distributed workers, for the schedules DDP itself
 cannot run (`queue: priority`, `barrier: false`, `fusion: static | dynamic`). DDP's own
 (buckets, fifo, barrier) stays ddp_worker.synthetic's.
 
@@ -19,9 +19,9 @@ agree.
 - queue: fifo takes the earliest-ready unit, priority the one with the lowest layer.
 - barrier: true, the next forward starts once every buffer is reduced; false, layer i's
   forward waits only for layer i's reduced gradients (and layer i − 1's forward, by order).
-- classes (a policy giving transfers classes of their own, training/per_transfer.py): a unit
+- classes (a policy giving transfers classes of their own, training/policies/per_transfer.py): a unit
   holding any of the layers it chose is reduced over the class's own process group (its
-  connections marked with the class's DSCP: training/per_transfer.py), the rest over the
+  connections marked with the class's DSCP: training/policies/per_transfer.py), the rest over the
   default one; still one in flight, so a job's classes never compete with each other.
 
 Agreement. Gloo matches collectives by their order, so every rank must reduce the same buffer
@@ -48,7 +48,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.workloads.training.horovod_worker import (
+from testbed.workloads.training.model.models import BYTES_PER_PARAM, buckets_for, static_buffers
+from testbed.workloads.training.workers.horovod_worker import (
     FINISH,
     NO_PACE,
     Clock,
@@ -57,7 +58,6 @@ from testbed.workloads.training.horovod_worker import (
     Recorder,
     Stamp,
 )
-from testbed.workloads.training.models import BYTES_PER_PARAM, buckets_for, static_buffers
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Plan:
     queue: str = "fifo"
     fusion: str = "static"
     threshold: float = 0.0
-    # each unit's class: 0 the job's own, 1 the policy's (training/per_transfer.py): a unit
+    # each unit's class: 0 the job's own, 1 the policy's (training/policies/per_transfer.py): a unit
     # holding any of the layers the policy chose
     classes: tuple[int, ...] = ()
 

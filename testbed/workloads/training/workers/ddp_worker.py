@@ -34,9 +34,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from testbed.window import wait_for_go
-from testbed.workloads.training.ddp_schedule import scheduled
-from testbed.workloads.training.horovod_worker import (
+from testbed.core.window import wait_for_go
+from testbed.workloads.training.model.models import buckets_for
+from testbed.workloads.training.workers.ddp_schedule import scheduled
+from testbed.workloads.training.workers.horovod_worker import (
     FINISH,
     NO_PACE,
     Clock,
@@ -50,7 +51,6 @@ from testbed.workloads.training.horovod_worker import (
     real_model,
     sockets_file,
 )
-from testbed.workloads.training.models import buckets_for
 
 
 class StopVote:
@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = json.loads(args.config.read_text())
 
     install_stop_signals()
-    from testbed.metrics.exporters import start_node_exporter
-    from testbed.workloads.training.metrics import registry
+    from testbed.core.exporters import start_node_exporter
+    from testbed.workloads.training.workers.metrics import registry
 
     metrics = start_node_exporter(registry, args.metrics)
     import torch

@@ -41,8 +41,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from testbed.tcpstats import own_sockets
-from testbed.window import wait_for_go
+from testbed.core.tcpstats import own_sockets
+from testbed.core.window import wait_for_go
 
 FIELDS = ["worker", "rank", "iteration", "start", "end", "duration_s", "compute_s", "wait_s"]
 FINISH = threading.Event()  # set by SIGUSR1: start no new iteration
@@ -236,7 +236,7 @@ def pace_file(records: Path) -> Path:
 
 
 class Pacer:
-    """Policy interleave (training/interleave.py): iteration i starts no earlier than its slot,
+    """Policy interleave (training/policies/interleave.py): iteration i starts no earlier than its slot,
     t0 + offset + i · period, on the wall clock every job's workers share. A late iteration
     starts at once and keeps its index, so the slack between period and iteration time brings
     the job back onto its slot. Each iteration's slot goes to `log` (slot index, its time, when
@@ -519,8 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = json.loads(args.config.read_text())
 
     install_stop_signals()
-    from testbed.metrics.exporters import start_node_exporter
-    from testbed.workloads.training.metrics import registry
+    from testbed.core.exporters import start_node_exporter
+    from testbed.workloads.training.workers.metrics import registry
 
     metrics = start_node_exporter(registry, args.metrics)
     import torch

@@ -9,7 +9,7 @@ from typing import Any
 def registry() -> tuple[Any, dict[str, Any]]:
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from testbed.metrics.exporters import DURATION_BUCKETS
+    from testbed.core.exporters import DURATION_BUCKETS
 
     reg = CollectorRegistry()
     return reg, {
