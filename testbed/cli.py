@@ -520,7 +520,6 @@ def _report_sweep(
     aims: list[str],
     as_html: bool = False,
 ) -> None:
-    from testbed.results import aggregate as ag
     from testbed.results.sweep import sweep_doc
 
     doc = sweep_doc(path, name)
@@ -529,31 +528,10 @@ def _report_sweep(
             raise ScenarioError("--aim: the sweep compares nothing (no compare: in its file)")
         _print_points(doc, as_json)
         return
-    agg = ag.aggregate(path, name)
-    # a sweep named on the command line draws into a folder of its own, so that reporting
-    # each sweep of a shared folder keeps every sweep's plots
-    plot_dir = path / "plots" if name is None else path / "plots" / name
-    plots, why_not = ([], None) if no_plots else ag.plot_maps(agg, plot_dir)
-    if not no_plots and (tradeoff := ag.plot_tradeoff(agg, plot_dir / "tradeoff.png")):
-        plots.append(tradeoff)
-    agg["plots"] = [str(p) for p in plots]
-    agg["verdicts"] = ag.verdicts(path, name, aims)
+    agg, show, why_not = _sweep_report(path, name, aims, no_plots)
     if as_json:
         click.echo(json.dumps(agg, indent=2))
         return
-    cmp = agg["compare"]
-    r = agg["runs"]
-
-    def show(out: Console) -> None:
-        out.print(
-            f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed"
-            + (f", {r['not_run']} not run yet" if r["not_run"] else "")
-            + f"; {cmp['axis']} compared against {cmp['baseline']!r}"
-        )
-        out.print(views.compare_table(agg))
-        if agg["verdicts"]["aims"]:
-            out.print(views.verdict_table(agg["verdicts"]))
-
     show(Console())
     out = Console()
     for p in agg["plots"]:
@@ -568,6 +546,38 @@ def _report_sweep(
             f"this folder's runs are shared with the sweeps {', '.join(others)}: "
             f"`testbed report {path} --sweep NAME` reports one of them"
         )
+
+
+def _sweep_report(
+    path: Path, name: str | None, aims: list[str], no_plots: bool
+) -> tuple[dict[str, Any], Callable[[Console], None], str | None]:
+    """A comparing sweep's aggregate (with its plots drawn and verdicts judged), the code that
+    prints its tables, and why no map was drawn (None when one was)."""
+    from testbed.results import aggregate as ag
+
+    agg = ag.aggregate(path, name)
+    # a sweep named on the command line draws into a folder of its own, so that reporting
+    # each sweep of a shared folder keeps every sweep's plots
+    plot_dir = path / "plots" if name is None else path / "plots" / name
+    plots, why_not = ([], None) if no_plots else ag.plot_maps(agg, plot_dir)
+    if not no_plots and (tradeoff := ag.plot_tradeoff(agg, plot_dir / "tradeoff.png")):
+        plots.append(tradeoff)
+    agg["plots"] = [str(p) for p in plots]
+    agg["verdicts"] = ag.verdicts(path, name, aims)
+    cmp = agg["compare"]
+    r = agg["runs"]
+
+    def show(out: Console) -> None:
+        out.print(
+            f"sweep {agg['name']}: {r['ok']} of {r['points']} runs ok, {r['failed']} failed"
+            + (f", {r['not_run']} not run yet" if r["not_run"] else "")
+            + f"; {cmp['axis']} compared against {cmp['baseline']!r}"
+        )
+        out.print(views.compare_table(agg))
+        if agg["verdicts"]["aims"]:
+            out.print(views.verdict_table(agg["verdicts"]))
+
+    return agg, show, why_not
 
 
 def _print_points(doc: dict[str, Any], as_json: bool) -> None:
@@ -712,6 +722,9 @@ def _sweep_done(spec: Any, points: list[Any], outcomes: list[Any], out: Path) ->
         # a seed plan's rounds recorded theirs with how they ended (decide.py)
         v = _doc(out).get("verdicts") or record_verdicts(out, spec.name)
         Console().print(views.verdict_table(v))
+    if spec.compare is not None and ran and (out / "sweep.json").is_file():
+        agg, show, _ = _sweep_report(out, None, [], no_plots=False)
+        _sweep_page(out, None, agg, _recorded(show))
     Console().print(
         f"sweep {spec.name}: {len(points)} points, {len(ran)} run now "
         f"({len(outcomes) - len(ran) - left} finished earlier"

@@ -97,6 +97,10 @@ def test_a_compared_pair_and_a_sweep_open_with_their_tables(tmp_path):
     f.write_text(yaml.safe_dump(sweep))
     r = run_cli("sweep", str(f), "--out", str(tmp_path / "sw"), timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    page = tmp_path / "sw" / "report.html"  # the sweep writes its page at its end
+    assert "report:" in r.stdout and page.is_file()
+    assert_drawn(page, tmp_path, "sweep html-sweep", "undecided")
+    page.unlink()
     r = run_cli("report", str(tmp_path / "sw"), "--html", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert_drawn(tmp_path / "sw" / "report.html", tmp_path, "sweep html-sweep", "undecided")
