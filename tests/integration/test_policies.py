@@ -233,6 +233,62 @@ def test_layers_on_a_real_ddp_job_puts_its_first_layers_gradients_in_the_higher_
     assert high / (high + low) == pytest.approx(5088 / 25578, rel=0.03), (high, low)
 
 
+def _real_job(tmp_path, link: str, duration: str, **job) -> dict:
+    """torch-ddp in mode real training resnet18-narrow (0.70 M parameters, 2.8 MB of
+    gradients) on 3 hosts, alone; its compute stated for the policies computed from it."""
+    return run_scenario(tmp_path, {
+        "duration": duration,
+        "measure": {"warmup": "2s", "cooldown": "1s"},
+        "topology": {"hosts": N, "link_rate": link},
+        "tc_profile": "thesis-2band",
+        "workloads": {"horovod": {"kind": "torch-ddp", "mode": "real",
+                                  "real_model": "resnet18-narrow", "tc_class": "low", **job}},
+    })  # fmt: skip
+
+
+RESNET18_NARROW = 701_466  # parameters (tests/unit/test_policies.py counts them by hand)
+
+
+def test_tail_on_a_real_ddp_job_puts_its_exposed_layers_gradients_in_the_higher_class(tmp_path):
+    """Policy tail on a real model (issue 75): the layers the event model finds still reducing
+    when backward ends, from the compute the job states (300 ms) and DDP's 256 kB buckets,
+    are resnet18-narrow's first 33 (56.5 % of its bytes: the unit tests hold the model), and
+    the communication hook reduces exactly their gradients over the class's connections. The
+    class's share of the uplinks' payload must be that share within 3 % (Gloo's control
+    messages: the layers test), and all the job's ring bytes must cross."""
+    s = _real_job(tmp_path, "100mbit", "12s", compute_time="300ms", bucket_cap="256KB",
+                  policy={"kind": "tail", "to": "high"})  # fmt: skip
+    h = s["horovod"]
+    assert s["status"] == "ok" and h["iterations"] >= 5, h
+    p = h["policy"]
+    assert (p["kind"], p["to"], p["layers_to"], p["buffers_to"]) == ("tail", "high", 33, None)
+    assert p["share_to"] == pytest.approx(0.565, abs=0.001)
+    high, low = _payload(s, "high"), _payload(s, "low")
+    assert high + low >= h["iterations"] * 2 * (1 - 1 / N) * N * 4 * RESNET18_NARROW
+    assert high / (high + low) == pytest.approx(p["share_to"], rel=0.03), (high, low, p)
+
+
+def test_adaptive_on_a_real_job_escalates_each_late_iteration_on_the_wire(tmp_path):
+    """Policy adaptive on a real model: budget 0 %, so each iteration's traffic goes high once
+    it has run for the compute the job states (200 ms), within one 0.5 s poll. At 20 Mbit/s
+    the ring alone takes 2 · 2/3 · 2.8 MB · 8 / 20 Mbit/s = 1.5 s an iteration, so most of
+    every iteration's bytes cross after its switch, in the high class, and its start in the
+    low one; the policy's log alternates high and low."""
+    s = _real_job(tmp_path, "20mbit", "20s", compute_time="200ms",
+                  policy={"kind": "adaptive", "budget": "0%", "to": "high"})  # fmt: skip
+    h = s["horovod"]
+    assert s["status"] == "ok" and h["iterations"] >= 4, h
+    p = h["policy"]
+    assert p["kind"] == "adaptive" and p["escalate_after_s"] == pytest.approx(0.2)
+    assert h["iterations_measured"] - 1 <= p["escalations"] <= h["iterations_measured"] + 2, (h, p)
+    log = list(csv.DictReader(open(tmp_path / "run" / "horovod" / "policy.csv")))  # noqa: SIM115
+    assert [r["class"] for r in log[:4]] == ["high", "low", "high", "low"], log[:4]
+    sent = h["iterations"] * 2 * (1 - 1 / N) * N * 4 * RESNET18_NARROW
+    high, low = _payload(s, "high"), _payload(s, "low")
+    assert sent <= high + low < 1.3 * sent + 8 * RESNET18_NARROW, (high, low, sent)
+    assert high > 0.5 * (high + low) and low > 0.02 * (high + low), (high, low)
+
+
 def test_web_search_demotion_puts_a_flows_bytes_after_the_threshold_in_the_lower_class(
     tmp_path,
 ):

@@ -44,7 +44,23 @@ def test_static_is_the_default_and_adaptive_takes_its_defaults_by_name():
         ({"kind": "adaptive", "budget": "-1%"}, {}, "workloads.horovod.policy.adaptive.budget"),
         ({"kind": "adaptive", "to": "gold"}, {}, "policy.to: 'gold' is not a class"),
         ({"kind": "adaptive", "to": "low"}, {}, "'low' is not above the job's own class"),
-        ("adaptive", {"mode": "real"}, "policy adaptive needs mode: synthetic"),
+        (
+            {"kind": "interleave"},
+            {"mode": "real", "model_size": None},
+            "policy interleave needs mode: synthetic",
+        ),
+        (
+            "adaptive",
+            {"mode": "real", "model_size": None, "compute_time": None},
+            "workloads.horovod.compute_time: policy adaptive in mode real needs compute_time",
+        ),
+        (
+            "by-ratio",
+            {"mode": "real", "model_size": None, "compute_time": None},
+            "workloads.horovod.compute_time: policy by-ratio in mode real needs compute_time",
+        ),
+        ("static", {"mode": "real"}, "workloads.horovod.model_size: mode real trains a real"),
+        ("static", {"real_model": "small-cnn"}, "real_model needs mode: real"),
         ({"kind": "static", "budget": "1%"}, {}, "budget"),
     ],
 )
@@ -309,8 +325,60 @@ def test_policy_layers_runs_on_a_real_job_and_chooses_among_its_models_layers():
         == [sum(p.numel() for p in m.parameters(recurse=False)) for m in owners]
         == [448, 4640, 20490]
     )
-    real = {**LAYERS, "mode": "real", "fusion": None, "queue": "fifo", "barrier": True}
+    real = {**LAYERS, "mode": "real", "fusion": None, "queue": "fifo", "barrier": True,
+            "model": "resnet50", "model_size": None}  # fmt: skip
     s = _scenario(policy={"kind": "layers", "share": "15%"}, **real)
     p = s.workloads["horovod"].policy
     # 448 B·4 alone is 1.75 % of the bytes, with conv2 19.9 %: the fewest holding 15 % are 2
     assert p.first_layers([n for _, n in SMALL_CNN_LAYERS]) == 2
+
+
+def test_resnet18_narrow_is_the_layers_torch_builds_and_its_bytes_reach_the_job():
+    """The real mode's bigger CPU model: ResNet-18 (CIFAR form) at 16 channels. Its 41 layers
+    with parameters, counted by hand: the stem 3·16·9 + 2·16; stage 1, four 3×3 convolutions
+    of 16·16·9 and four norms of 2·16; stages 2-4 (c = 32, 64, 128 from c/2): c/2·c·9 +
+    3·c·c·9 + a 1×1 projection c/2·c, five norms of 2c; the classifier 128·10 + 10:
+    701,466 parameters, 2,805,864 B of gradients."""
+    import torch
+
+    from testbed.workloads.training.model.models import REAL_MODELS
+    from testbed.workloads.training.workers.horovod_worker import resnet18
+
+    layers = REAL_MODELS["resnet18-narrow"].layers
+    owners = [m for m in resnet18(torch).modules() if list(m.parameters(recurse=False))]
+    assert [p for _, p in layers] == [
+        sum(p.numel() for p in m.parameters(recurse=False)) for m in owners
+    ]
+    by_hand = 3 * 16 * 9 + 2 * 16 + 4 * 16 * 16 * 9 + 4 * 2 * 16
+    for c in (32, 64, 128):
+        by_hand += c // 2 * c * 9 + 3 * c * c * 9 + c // 2 * c + 5 * 2 * c
+    by_hand += 128 * 10 + 10
+    assert len(layers) == 41 and sum(p for _, p in layers) == by_hand == 701_466
+    s = _scenario(mode="real", real_model="resnet18-narrow", model_size=None, kind="torch-ddp")
+    d = s.workloads["horovod"].d
+    assert d.model_bytes == 4 * by_hand
+    assert d.bytes_per_iteration == round(2 * (1 - 1 / 3) * 4 * by_hand)
+
+
+def test_a_real_job_with_its_compute_stated_carries_tail_adaptive_and_by_ratio():
+    """With compute_time, the event model predicts a real job from its real model's layers:
+    tail's exposed buffers come from it, adaptive's deadline and by-ratio's ratio too. Three
+    workers at 100 Mbit/s, resnet18-narrow, compute 100 ms (backward 66.7 ms, each layer's
+    share rising with its index). DDP's first bucket (capped at 1 MiB) holds fc and the last
+    block's second half, 597,032 B, ready 12.2 ms into backward; its ring, 2 · 2/3 · 597 kB
+    at 100 Mbit/s, takes at least 63.7 ms, so it ends past backward's end, and the second
+    bucket (the other 37 layers) starts there: every layer is exposed."""
+    from testbed.workloads.training.model.predict import exposed_layers, for_instance
+
+    real = {"kind": "torch-ddp", "mode": "real", "real_model": "resnet18-narrow",
+            "model_size": None, "compute_time": "100ms"}  # fmt: skip
+    s = _scenario(policy="tail", **real)
+    assert exposed_layers("horovod", s) == set(range(41))
+    ring = 2 * (1 - 1 / 3) * 4 * 701_466 * 8 / 100e6  # the ring alone at line rate: 0.299 s
+    assert for_instance("horovod", s)["iteration_s"] > 0.1 + ring
+    s = _scenario(policy="adaptive", **real)
+    assert s.workloads["horovod"].policy.kind == "adaptive"
+    s = _scenario(policy="by-ratio", **{**real, "tc_class": None})
+    assert s.workloads["horovod"].d.compute_to_network_ratio == pytest.approx(
+        0.1 * 100e6 / (2 * (1 - 1 / 3) * 4 * 701_466 * 8), rel=1e-3
+    )

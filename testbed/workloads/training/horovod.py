@@ -41,8 +41,7 @@ from testbed.workloads.marking import mark_group
 from testbed.workloads.procs import count_rows, read_csvs
 from testbed.workloads.registry import load
 from testbed.workloads.training.gpus import devices
-from testbed.workloads.training.model.models import SMALL_CNN_LAYERS
-from testbed.workloads.training.model.synthetic import layers_for
+from testbed.workloads.training.model.synthetic import layers_for, real_layers
 from testbed.workloads.training.policies import POLICIES
 from testbed.workloads.training.spec import HorovodWorkload, iterations_file
 from testbed.workloads.training.timeline import TIMELINE_FILE, breakdown
@@ -152,10 +151,11 @@ class HorovodJob(Controller):
         cfg = self.cfg
         if cfg.mode == "synthetic":
             layers = [[x.name, x.params, x.forward_s, x.backward_s] for x in layers_for(cfg)]
-        else:  # the real CPU model's, for a policy's choice (its compute is its own)
-            layers = [[name, params, 0.0, 0.0] for name, params in SMALL_CNN_LAYERS]
+        else:  # the real model's, for a policy's choice (its compute is its own)
+            layers = [[x.name, x.params, 0.0, 0.0] for x in real_layers(cfg) or []]
         return {
             "mode": cfg.mode,
+            "real_model": cfg.real_model,
             "layers": layers,
             "barrier": cfg.barrier,
             "iterations": cfg.iterations,

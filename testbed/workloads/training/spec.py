@@ -24,7 +24,7 @@ from testbed.core.tcpstats import SOCKET_UNITS
 from testbed.workloads.base import Placed, Placement
 from testbed.workloads.registry import Kind, register
 from testbed.workloads.training.model import models
-from testbed.workloads.training.model.synthetic import fusion_of
+from testbed.workloads.training.model.synthetic import fusion_of, real_layers
 from testbed.workloads.training.policies import (
     POLICIES,
     ByRatioPolicy,
@@ -121,7 +121,7 @@ class HorovodWorkload(Placed):
     mode: Literal["synthetic", "real"] = Field(
         "synthetic",
         description="synthetic: real gradients of a real model's layer sizes, compute emulated per "
-        "layer; real: trains a small torch model",
+        "layer; real: trains a real torch model (real_model)",
     )
     model: Literal["resnet50", "thesis-ns3"] = Field(
         "resnet50",
@@ -186,6 +186,12 @@ class HorovodWorkload(Placed):
         "is refused: set gpus instead)",
     )
     batch_size: int = Field(16, ge=1, description="real mode: samples per step")
+    real_model: Literal["small-cnn", "resnet18-narrow"] | None = Field(
+        None,
+        description="real mode: the model trained: small-cnn (25,578 parameters, 100 kB of "
+        "gradients) or resnet18-narrow (ResNet-18 in its CIFAR form at 16 channels: 0.70 M "
+        "parameters, 2.8 MB); unset: the small CNN, or ResNet-50 on GPUs with torchvision",
+    )
     policy: Policy = Field(
         default_factory=StaticPolicy,
         description="how the job's traffic is classed: static (its one class, the default), "
@@ -193,8 +199,9 @@ class HorovodWorkload(Placed):
         "higher class: `{kind: adaptive, budget: 2%, to: high}`) or layers (a class per "
         "transfer: the buffers of the first layers in a higher class, `{kind: layers, first: "
         "10, to: high}`; tail: the buffers the model has exposed after backward; both torch-ddp "
-        "on CPU, single ToR); synthetic mode, but layers also in real mode (a DDP "
-        "communication hook)",
+        "on CPU, single ToR). In mode real: layers and tail split DDP's buckets by layer in a "
+        "communication hook, adaptive and by-ratio class the whole job (Horovod too); tail, "
+        "adaptive and by-ratio need compute_time; interleave is synthetic only",
     )
 
     derived: HorovodDerived | None = Field(
@@ -241,7 +248,16 @@ def _check_schedule(w: HorovodWorkload) -> None:
                 f"Horovod fuses dynamically; fusion: {w.fusion} needs backend torch-ddp "
                 "(kind: torch-ddp) in synthetic mode",
             )
+    if w.mode == "synthetic" and w.real_model is not None:
+        raise FieldProblem(("real_model",), "real_model needs mode: real (the model it trains)")
     if w.mode == "real":  # the real model steps with its framework's own schedule
+        for field in ("model_size", "profile"):
+            if getattr(w, field) is not None:
+                raise FieldProblem(
+                    (field,),
+                    f"{field}: mode real trains a real model, whose layers are its own: "
+                    "choose it with real_model (small-cnn or resnet18-narrow)",
+                )
         if not w.barrier:
             raise FieldProblem(
                 ("barrier",),
@@ -255,6 +271,31 @@ def _check_schedule(w: HorovodWorkload) -> None:
                 f"{field}: {getattr(w, field)} needs mode: synthetic (real mode runs "
                 "DistributedDataParallel's own buckets, fifo)",
             )
+
+
+REAL_NEEDS = {  # what a policy computes from the job's compute time (predict.py)
+    "adaptive": "its deadline (the compute plus the budget's share of the iteration alone)",
+    "tail": "the buffers still reducing when backward ends",
+    "by-ratio": "its compute-to-network ratio, the job's rank",
+}
+
+
+def _check_real_policy(w: HorovodWorkload, p: Any) -> None:
+    """Mode real trains a real model whose layers are known (models.REAL_MODELS) but whose
+    compute is its own: a policy computed from the compute needs it stated."""
+    if isinstance(p, InterleavePolicy):
+        raise FieldProblem(
+            ("policy",),
+            "policy interleave needs mode: synthetic: its slots are agreed on by the "
+            "synthetic loops' per-iteration vote, which a real model's loop does not run",
+        )
+    if p.kind in REAL_NEEDS and w.compute_time is None and w.compute_to_network_ratio is None:
+        raise FieldProblem(
+            ("compute_time",),
+            f"policy {p.kind} in mode real needs compute_time: the real model's forward and "
+            "backward time per iteration on this machine, in scenario time (a run of the job "
+            f"alone reports it as compute), from which it computes {REAL_NEEDS[p.kind]}",
+        )
 
 
 def _check_fields(w: HorovodWorkload) -> None:
@@ -304,13 +345,8 @@ def _check_policy(w: HorovodWorkload, s: Any, place: Placement) -> None:
         )
     if isinstance(p, StaticPolicy):
         return
-    if w.mode != "synthetic" and not isinstance(p, LayersPolicy):
-        raise FieldProblem(
-            ("policy",),
-            f"policy {p.kind} needs mode: synthetic (it acts on the emulated iteration: its "
-            "predicted deadline, its exposed buffers or its slots); in mode real, torch-ddp "
-            "carries policy layers (a DDP communication hook)",
-        )
+    if w.mode == "real":
+        _check_real_policy(w, p)
     names = s.tc_profile.class_names
     if isinstance(p, InterleavePolicy | ByRatioPolicy):
         if (
@@ -420,8 +456,8 @@ def resolve(
             layers = models.load_trace(p, w.profile_time_unit)
         except ValueError as e:
             raise FieldProblem(("profile",), str(e)) from None
-    elif w.mode == "real" and w.gpus is None:  # the CPU model ddp_worker.real trains
-        layers = [models.Layer(name, params) for name, params in models.SMALL_CNN_LAYERS]
+    elif (real := real_layers(w)) is not None:  # the real model the workers train
+        layers = real
     else:
         layers = models.MODELS[w.model]()
     _check_layers(w, layers)

@@ -126,6 +126,46 @@ SMALL_CNN_LAYERS: list[tuple[str, int]] = [
 ]
 
 
+def resnet18_layers(width: int = 16, classes: int = 10) -> list[tuple[str, int]]:
+    """ResNet-18 (He et al. 2016: four stages of two basic blocks) in its CIFAR form (a 3×3
+    stem, no max-pool, 32×32 inputs) with `width` channels in its first stage (64 in the
+    paper; 16 here: 0.70 M parameters, 2.8 MB of gradients, which 2 CPU cores train and ring
+    over a 100 Mbit/s link in about a second), the layers with parameters in the order
+    torch registers them (horovod_worker.resnet18): each convolution (no bias) and each
+    batch norm (weight and bias), a stage's first block's 1×1 projection after its second
+    norm, then the classifier."""
+    out = [("stem.conv", 3 * width * 9), ("stem.bn", 2 * width)]
+    c_in = width
+    for stage in range(4):
+        c = width * 2**stage
+        for block in range(2):
+            name = f"layer{stage + 1}.{block}"
+            first_in = c_in if block == 0 else c
+            out += [(f"{name}.conv1", first_in * c * 9), (f"{name}.bn1", 2 * c),
+                    (f"{name}.conv2", c * c * 9), (f"{name}.bn2", 2 * c)]  # fmt: skip
+            if block == 0 and first_in != c:
+                out += [(f"{name}.proj", first_in * c), (f"{name}.proj_bn", 2 * c)]
+        c_in = c
+    return [*out, ("fc", c_in * classes + classes)]
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """A model that mode real trains on CPU: its input shape, classes and layers with
+    parameters (name, parameters), written out so that the controller chooses a policy's
+    layers without importing torch (tests/unit/test_models.py builds each with torch)."""
+
+    shape: tuple[int, ...]
+    classes: int
+    layers: list[tuple[str, int]]
+
+
+REAL_MODELS = {
+    "small-cnn": RealModel((3, 32, 32), 10, SMALL_CNN_LAYERS),
+    "resnet18-narrow": RealModel((3, 32, 32), 10, resnet18_layers(16)),
+}
+
+
 def scale_to(layers: list[Layer], model_bytes: int) -> list[Layer]:
     """Scale every layer's size by one factor so the model totals `model_bytes`; the
     distribution over layers (which decides fusion and overlap) is kept."""

@@ -237,10 +237,10 @@ def _model(name: str, s: Scenario) -> tuple[Any, list[Layer], Network, dict[str,
     h = s.workloads.get(name)
     if h is None or h.kind not in ("horovod", "torch-ddp"):
         raise ValueError(f"workloads.{name}: no training job of that name to predict")
-    if h.mode != "synthetic":
+    if h.mode != "synthetic" and h.compute_time is None and h.compute_to_network_ratio is None:
         raise ValueError(
-            f"workloads.{name}.mode: the model predicts synthetic jobs (their layer profile is "
-            "known); a real model's layers and compute are not"
+            f"workloads.{name}.mode: the model predicts a real job only from the compute time "
+            "it states (compute_time: its layers are known, its compute is its own)"
         )
     d = h.d
     hosts = h.hosts or [f"h{i}" for i in range(1, s.topology.hosts + 1)]

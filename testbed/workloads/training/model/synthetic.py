@@ -12,10 +12,26 @@ from typing import Any
 from testbed.workloads.training.model import models
 
 
+def real_layers(w: Any) -> list[models.Layer] | None:
+    """The layers of the real model a mode real job trains on CPU (or names), without their
+    compute; None where it is not one of models.REAL_MODELS (synthetic mode, ResNet-50 on
+    GPUs)."""
+    if w.mode != "real" or (w.real_model is None and w.gpus is not None):
+        return None
+    return [
+        models.Layer(n, params)
+        for n, params in models.REAL_MODELS[w.real_model or "small-cnn"].layers
+    ]
+
+
 def layers_for(w: Any) -> list[models.Layer]:
     """The synthetic worker's layers: sizes scaled, compute spread (no I/O beyond the trace).
     A trace keeps its own per-layer times, stretched in proportion when the compute asked for
-    differs (a ratio, or time dilation); a model gets the thesis' arithmetic progression."""
+    differs (a ratio, or time dilation); a model gets the thesis' arithmetic progression. In
+    mode real, the real model's layers with the compute it states spread the same way (what
+    the event model predicts for it; the workers compute for real)."""
+    if (real := real_layers(w)) is not None:
+        return models.with_compute(real, w.d.compute_time)
     if w.profile:
         layers = models.load_trace(Path(w.profile), w.profile_time_unit)
     else:

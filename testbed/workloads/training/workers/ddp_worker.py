@@ -186,7 +186,7 @@ def synthetic(
 def layer_hook(model: Any, layers: list[int], group: Any, dist: Any, torch: Any) -> Any:
     """Policy layers in real mode: a DDP communication hook that reduces the gradients of the
     model's layers `layers` (its modules with parameters, in forward order: models.
-    SMALL_CNN_LAYERS) over the class's Gloo group (class_groups), whose connections carry the
+    REAL_MODELS) over the class's Gloo group (class_groups), whose connections carry the
     class's DSCP, and the rest of each bucket over the job's own group. A bucket is a flat
     buffer of its parameters' gradients in `bucket.parameters()` order; each run of
     consecutive parameters of one class is a slice of it, reduced in place, so the class
@@ -229,7 +229,7 @@ def real(
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + dist.get_rank())
-    model, shape, classes = real_model(torch, device)
+    model, shape, classes = real_model(torch, device, cfg.get("real_model"))
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, bucket_cap_mb=int(cfg["bucket_cap"]) / 2**20
     )

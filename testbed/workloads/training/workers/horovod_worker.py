@@ -382,18 +382,61 @@ def small_cnn(torch: Any) -> Any:
     )  # fmt: skip
 
 
-def real_model(torch: Any, device: Any) -> tuple[Any, tuple[int, ...], int]:
-    """The real mode's model, input shape and classes: ResNet-50 (the thesis' model; 224×224,
-    1000 classes) on a GPU where torchvision is installed, else the small CNN (32×32, 10
-    classes), which a CPU core steps in well under a second."""
-    if device.type == "cuda":
+def resnet18(torch: Any, width: int = 16, classes: int = 10) -> Any:
+    """ResNet-18 in its CIFAR form at `width` channels (models.resnet18_layers lists its
+    layers with parameters in this registration order)."""
+    nn = torch.nn
+
+    class Block(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, c_in: int, c: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(c_in, c, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(c)
+            self.conv2 = nn.Conv2d(c, c, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(c)
+            self.proj = None
+            if stride != 1 or c_in != c:
+                self.proj = nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False),
+                                          nn.BatchNorm2d(c))  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            out = torch.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return torch.relu(out + (x if self.proj is None else self.proj(x)))
+
+    layers: list[Any] = [nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width),
+                         nn.ReLU()]  # fmt: skip
+    c_in = width
+    for stage in range(4):
+        c = width * 2**stage
+        layers += [Block(c_in, c, 1 if stage == 0 else 2), Block(c, c, 1)]
+        c_in = c
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)]
+    return nn.Sequential(*layers)
+
+
+REAL_BUILDERS = {"small-cnn": small_cnn, "resnet18-narrow": resnet18}
+
+
+def real_model(
+    torch: Any, device: Any, name: str | None = None
+) -> tuple[Any, tuple[int, ...], int]:
+    """The real mode's model, input shape and classes: `name` (models.REAL_MODELS), or with
+    none, ResNet-50 (the thesis' model; 224×224, 1000 classes) on a GPU where torchvision is
+    installed, else the small CNN (32×32, 10 classes), which a CPU core steps in well under a
+    second."""
+    from testbed.workloads.training.model.models import REAL_MODELS
+
+    if name is None and device.type == "cuda":
         try:
             import torchvision  # type: ignore[import-untyped]
         except ImportError:
             print("real mode: no torchvision, so the small CNN on the GPU", flush=True)
         else:
             return torchvision.models.resnet50().to(device), (3, 224, 224), 1000
-    return small_cnn(torch).to(device), (3, 32, 32), 10
+    name = name or "small-cnn"
+    m = REAL_MODELS[name]
+    return REAL_BUILDERS[name](torch).to(device), m.shape, m.classes
 
 
 def install_stop_signals() -> None:
@@ -471,7 +514,7 @@ def real(
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + hvd.rank())
-    model, shape, classes = real_model(torch, device)
+    model, shape, classes = real_model(torch, device, cfg.get("real_model"))
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
