@@ -12,7 +12,7 @@ from testbed.results import sweep as sw
 from testbed.scenario.resolve import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = sorted([*ROOT.glob("examples/**/*.yaml"), *ROOT.glob("docs/results/*.yaml")])
+FILES = sorted([*ROOT.glob("examples/**/*.yaml"), *ROOT.glob("docs/results/**/*.yaml")])
 
 
 def test_there_are_examples():

@@ -293,8 +293,9 @@ def _check_real_policy(w: HorovodWorkload, p: Any) -> None:
         raise FieldProblem(
             ("compute_time",),
             f"policy {p.kind} in mode real needs compute_time: the real model's forward and "
-            "backward time per iteration on this machine, in scenario time (a run of the job "
-            f"alone reports it as compute), from which it computes {REAL_NEEDS[p.kind]}",
+            "backward time per iteration on this machine, in scenario time (the iteration "
+            "time of the job alone on fast links), from which it computes "
+            f"{REAL_NEEDS[p.kind]}",
         )
 
 
