@@ -115,7 +115,7 @@ if ! err=$(.venv/bin/python -c "import horovod.torch" 2>&1); then
 fi
 
 # --- the CPUs' receive backlogs: at the kernel's 1000 packets a CPU that falls behind drops
-# what a shaped queue releases to it, losses no scenario asked for (testbed/hostcpu.py). A
+# what a shaped queue releases to it, losses no scenario asked for (testbed/core/hostcpu.py). A
 # global setting (a namespace cannot change it): raised here, never lowered, and kept across
 # reboots; `testbed up` warns where it is lower.
 backlog=10000
@@ -123,7 +123,7 @@ if [ "$(cat /proc/sys/net/core/netdev_max_backlog)" -lt "$backlog" ]; then
   echo "== net.core.netdev_max_backlog $(cat /proc/sys/net/core/netdev_max_backlog) -> $backlog (/etc/sysctl.d/60-testbed.conf)"
   sysctl -qw net.core.netdev_max_backlog=$backlog
   mkdir -p /etc/sysctl.d
-  printf '# testbed: see testbed/hostcpu.py\nnet.core.netdev_max_backlog = %s\n' "$backlog" > /etc/sysctl.d/60-testbed.conf
+  printf '# testbed: see testbed/core/hostcpu.py\nnet.core.netdev_max_backlog = %s\n' "$backlog" > /etc/sysctl.d/60-testbed.conf
 fi
 
 # testbed is installed editable, so pip compiled none of its modules: compile them now, or

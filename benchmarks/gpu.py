@@ -2,7 +2,7 @@
 prediction. torch-ddp, 2 workers, netns runtime, one GPU each (both on one GPU where the
 machine has one: each worker has its own NCCL_HOSTID, so NCCL accepts that, and the compute
 is emulated, so sharing does not change it). Its anchor is benchmarks/gpu_anchor.py (the same
-NCCL ranks over loopback, no testbed). On an H100 VM (docs/results/gpu.md) this read 0.141
+NCCL ranks over loopback, no testbed). On an H100 VM (docs/results/gpu/README.md) this read 0.141
 of the cap where the anchor moved 14.6 Gbit/s: the emulated path's packet rate, not NCCL.
 
   nccl_wire_ratio     a bulk all-reduce (100 MB, 1 ms of compute: the link is never idle for

@@ -3,7 +3,7 @@ loopback and over a bare veth pair, in one run (issue 33).
 
 benchmarks/gpu.py reads NCCL through a link inside a training job: on an H100 its bulk job
 filled 0.69 of a fast 10 Gbit/s link, and about 45 ms of each iteration was not the network
-(DDP's buckets, launches, the optimizer; docs/results/gpu.md). Here the ranks are
+(DDP's buckets, launches, the optimizer; docs/results/gpu/history.md). Here the ranks are
 benchmarks/gpu_anchor.py's and nothing else: two processes, 100 MB all-reduced back to back
 with the NCCL settings testbed gives its jobs (socket transport, P2P and SHM off), each rank
 in a namespace of its own, started through `testbed exec` as a user would. With two ranks each

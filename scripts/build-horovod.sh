@@ -17,7 +17,7 @@
 #                    download; a machine without a package index needs the cached copy or this)
 #
 # Cache (TESTBED_WHEEL_CACHE overrides ~/.cache/testbed/wheels):
-#   CPU  torch-<torch version>-<cpXY>/                     (testbed.images reads it from here)
+#   CPU  torch-<torch version>-<cpXY>/                     (testbed.network.images reads it from here)
 #   GPU  torch-<torch version incl. +cuNNN>-<cpXY>-nccl-cc<LIST>/
 #   src/horovod-0.28.1.tar.gz                               the source, kept for offline builds
 set -euo pipefail

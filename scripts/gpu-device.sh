@@ -201,7 +201,7 @@ check_bench() {
   tail -n1 "$OUT/gpu-bench.txt" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert {"nccl_wire_ratio","iteration_error"} <= set(d)' \
     || { echo "gpu-device.sh: benchmarks/gpu.py printed no figures" >&2; return 1; }
   # physics: the class counters never beat the cap; a bulk all-reduce should nearly fill it
-  # (docs/results/gpu.md: 0.141 on an H100 VM, where the emulated path's packet rate held it)
+  # (docs/results/gpu/README.md: 0.141 on an H100 VM, where the emulated path's packet rate held it)
   tail -n1 "$OUT/gpu-bench.txt" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)["nccl_wire_ratio"]

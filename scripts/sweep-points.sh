@@ -2,8 +2,8 @@
 # Keep a long sweep's finished points in the repository, so a sweep that takes longer than one
 # session (the thesis cells: about 22 minutes a point, 18 points) resumes on another machine.
 #
-#   scripts/sweep-points.sh pack   runs/thesis-exact-rps docs/results/data/thesis-exact-rps
-#   scripts/sweep-points.sh unpack docs/results/data/thesis-exact-rps runs/thesis-exact-rps
+#   scripts/sweep-points.sh pack   runs/thesis-exact-rps docs/results/thesis-exact/data/thesis-exact-rps
+#   scripts/sweep-points.sh unpack docs/results/thesis-exact/data/thesis-exact-rps runs/thesis-exact-rps
 #   .venv/bin/testbed sweep examples/thesis-exact-cells.yaml --out runs/thesis-exact-rps
 #
 # pack keeps, per finished point (status ok), what `testbed sweep` needs to skip it and

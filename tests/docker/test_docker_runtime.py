@@ -175,7 +175,7 @@ def test_thesis_mini_docker_end_to_end(tmp_path, image):
     # typical iteration's time bounded above through time_at_most
     assert h["workers"] == 4 and h["iterations"] >= 3
     # no iteration beats its 480 ms of compute; the typical one is near it (the mean of a
-    # 25 s run can carry one multi-second stall: docs/results/runtime.md, "Noise")
+    # 25 s run can carry one multi-second stall: docs/results/runtime/README.md, "Noise")
     assert h["min_iteration_over_compute"] >= 1.0
     assert h["iteration_time_s"]["p50"] >= 0.48
     time_at_most(h["iteration_time_s"]["p50"], 3 * 0.48, s, "the typical iteration")

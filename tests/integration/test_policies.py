@@ -364,7 +364,7 @@ def test_interleaved_jobs_run_on_their_planned_slots_and_never_early(tmp_path):
     iterations began on their slot on a quiet machine (3 seeds, 2026-11-28); a job whose
     first slot was t0 itself, when every worker wakes, began it 75 ms late in 1 of 3 runs
     (2026-12-05) and never got back (share 0), so the grid now begins one period after t0;
-    under load a late job still lets the phases collide (docs/results/policies.md; `late:
+    under load a late job still lets the phases collide (docs/results/interleave/README.md; `late:
     skip` is the remedy, not yet measured under load)."""
     out = tmp_path / "run"
     r = run_cli("up", str(ROOT / "examples" / "interleave.yaml"), "--out", str(out))
@@ -421,7 +421,7 @@ def test_skipping_jobs_give_up_slots_rank_by_rank_alike_under_a_fourth_jobs_load
     waits for the slot it gives up for: the iteration ends no earlier than that slot's time
     plus its compute (with `skip` it runs at once and ends a period or more earlier). How soon
     the jobs are back on their slots after the fourth job has gone is measured, not asserted
-    (docs/results/policies.md)."""
+    (docs/results/interleave/README.md)."""
     from testbed.run.orchestrator import run
     from testbed.scenario.resolve import load_scenario, with_overrides
 

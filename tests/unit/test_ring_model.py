@@ -1,4 +1,4 @@
-"""docs/results/ring_model.py, the fluid model the thesis-exact page holds the emulated ring
+"""docs/results/thesis-exact/ring_model.py, the fluid model the thesis-exact page holds the emulated ring
 against, checked on cases worked out by hand: a free ring takes 2 (N - 1) steps of S / N bytes
 at the link rate; a flow that holds one uplink for X µs at the start delays the whole lock-step
 ring by X; one that takes half an uplink for the whole operation makes it twice as long (a ring
@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("ring_model", ROOT / "docs/results/ring_model.py")
+_spec = importlib.util.spec_from_file_location(
+    "ring_model", ROOT / "docs/results/thesis-exact/ring_model.py"
+)
 assert _spec and _spec.loader
 rm = importlib.util.module_from_spec(_spec)
 sys.modules["ring_model"] = rm  # dataclasses look their module up

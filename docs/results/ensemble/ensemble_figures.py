@@ -1,6 +1,6 @@
-"""The table and plot of docs/results/ensemble.md, from an ensemble-peak sweep folder:
+"""The table and plot of docs/results/ensemble/README.md, from an ensemble-peak sweep folder:
 
-    .venv/bin/python docs/results/ensemble_figures.py runs/ensemble-peak
+    .venv/bin/python docs/results/ensemble/ensemble_figures.py runs/ensemble-peak
 
 Prints a markdown table (per network, pattern and n: the mean image rate per model, its two
 limits, the share of the limit reached, one round over the window, the busiest link's load)
@@ -17,7 +17,7 @@ from pathlib import Path
 import matplotlib
 import yaml
 
-from testbed.resolve import load_scenario_data
+from testbed.scenario.resolve import load_scenario_data
 from testbed.workloads.ensemble.controller import round_bytes_in, window_rate
 
 matplotlib.use("Agg")

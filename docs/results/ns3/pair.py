@@ -1,6 +1,6 @@
 """Paired change of the iteration time between two runs of run_cell.py with the same seed
 (same flows): iteration k of one against iteration k of the other, (b - a) / a, its mean and a
-95 % t interval over the iterations, as thesis-exact.md reports them.
+95 % t interval over the iterations, as the thesis-exact pages report them.
 
     pair.py SAME/result.json LOW/result.json [SAME2/result.json LOW2/result.json ...]
 
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from testbed.aggregate import t95  # the sweeps' own t table: run with the project's .venv
+from testbed.results.aggregate import t95  # the sweeps' own t table: run with the project's .venv
 
 
 def per_iteration(path: Path, workers: int = 8) -> list[float]:

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Precision per machine-hour of the thesis cells' paired comparison, measured from packed runs.
 
-    .venv/bin/python docs/results/precision.py DATA_DIR... [--batch 3] [--plot halfwidth.png] [--budgets 4,8,16,32]
+    .venv/bin/python docs/results/precision/precision.py DATA_DIR... [--batch 3]
+        [--plot halfwidth.png] [--budgets 4,8,16,32]
 
-DATA_DIR: a folder of packed runs (docs/results/data/NAME, one .tar.xz a run, unpacked to a
+DATA_DIR: a folder of packed runs (docs/results/STUDY/data/NAME, one .tar.xz a run, unpacked to a
 temporary folder), a sweep's output (with runs/) or a folder of run folders. Every run needs
 point.json (labels: seed, scheme, and cell, point or factor; wall_s), summary.json and
 iterations.csv. Groups are (the folder's name, the cell); "cell" carries the sweep's own label

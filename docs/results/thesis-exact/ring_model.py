@@ -1,13 +1,13 @@
 """What Horovod's ring would take under strict priority if the emulation were ideal: a fluid
 model fed with a run's own web-search flows, against what the run's Horovod timeline measured.
 
-    .venv/bin/python docs/results/ring_model.py RUN_FOLDER...     (runs with the ring in "low")
-    .venv/bin/python docs/results/ring_model.py --ratios 2,4,8,16 RUN_FOLDER
+    .venv/bin/python docs/results/thesis-exact/ring_model.py RUN_FOLDER...     (runs with the ring in "low")
+    .venv/bin/python docs/results/thesis-exact/ring_model.py --ratios 2,4,8,16 RUN_FOLDER
         (the ideal iteration at other compute-to-network ratios, beside that run's own flows)
 
 Every run gets the iteration model; a run made with `timeline: true` also its ring operations.
 
-For docs/results/thesis-exact.md. Independent of testbed's code except for reading the run's
+For docs/results/thesis-exact/README.md. Independent of testbed's code except for reading the run's
 records (flows.csv, summary.json, the timeline through testbed.workloads.training.timeline).
 
 The model, in scenario time on a 1 µs grid:
@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.resolve import load_scenario, with_overrides
-from testbed.scenario import Scenario
-from testbed.workloads.training.predict import Network, Schedule, for_instance, simulate
-from testbed.workloads.training.synthetic import layers_for
+from testbed.scenario.resolve import load_scenario, with_overrides
+from testbed.scenario.schema import Scenario
+from testbed.workloads.training.model.predict import Network, Schedule, for_instance, simulate
+from testbed.workloads.training.model.synthetic import layers_for
 from testbed.workloads.training.timeline import TIMELINE_FILE, events, operations
 
 DT = 1e-6  # the grid: 1 µs of scenario time

@@ -1,11 +1,11 @@
-"""Print the tables of docs/results/thesis-exact.md (Markdown) from the cells' sweep folders
+"""Print the tables of docs/results/thesis-exact/README.md (Markdown) from the cells' sweep folders
 (one, or several whose runs are merged: seeds or cells run as separate sweeps).
 
-    .venv/bin/python docs/results/thesis_exact_tables.py runs/thesis-exact [MORE SWEEPS...]
+    .venv/bin/python docs/results/thesis-exact/thesis_exact_tables.py runs/thesis-exact [MORE SWEEPS...]
 
 Per cell: "low" against "same" per seed and their mean, beside the thesis (its text, chapter 5),
 the same cells before the queues filled (2026-11-25) and the 1/100 grid
-(docs/results/thesis-grid.md, mean over its seeds); the small flows split in
+(docs/results/thesis-grid/README.md, mean over its seeds); the small flows split in
 thirds by FCT; and the physics of every run, computed here from its records and kernel counters
 (flows.csv, iterations.csv, summary.json's links), not from testbed's own checks.
 """

@@ -1,6 +1,6 @@
-"""Print the thesis-grid comparison table (Markdown) for docs/results/thesis-grid.md.
+"""Print the thesis-grid comparison table (Markdown) for docs/results/thesis-grid/README.md.
 
-    .venv/bin/python docs/results/compare_thesis.py runs/thesis-grid > table.md
+    .venv/bin/python docs/results/thesis-grid/compare_thesis.py runs/thesis-grid > table.md
 
 Our figures come from `testbed report`'s aggregation of the sweep folder; the thesis' from
 its chapter 5 (ns-3), as stated in the text: most cells only have a qualitative statement or a
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from testbed.aggregate import aggregate
+from testbed.results.aggregate import aggregate
 
 # (R, background %) → thesis: small Δ, large Δ, iteration Δ (text), and the direction of the
 # iteration change: 0 = no degradation, 1 = slowdown. Line numbers in the thesis text.

@@ -128,7 +128,7 @@ class HorovodWorkload(Placed):
         description="layer sizes (synthetic mode): resnet50 (54 layers, 25.6 M parameters); "
         "thesis-ns3 (the thesis' ch. 5 model as its run script writes it: 50 layers in three "
         "steps, 25 × 444,444 B, 13 × 1,777,776 B, 12 × 5,333,328 B, and its own compute "
-        "spread, docs/results/thesis-exact.md)",
+        "spread, docs/results/thesis-exact/README.md)",
     )
     profile: str | None = Field(
         None,

@@ -60,7 +60,7 @@ class Network:
 
     def ring_time(self, nbytes: float, start: float = 0.0) -> float:
         """A buffer's ring time; `start` (when it starts) matters only to a network whose
-        links are not free all the time (docs/results/ring_model.py's, under a background)."""
+        links are not free all the time (docs/results/thesis-exact/ring_model.py's, under a background)."""
         n = self.workers
         b_eff = self.rate_bps * self.efficiency
         return 2 * (n - 1) * (nbytes / n * 8 / b_eff + self.step_latency_s)

@@ -259,7 +259,7 @@ class Pacer:
     not leave an all-reduce at the same moment, chose different slots near the limit: job b of
     examples/interleave.yaml under by-ratio's classes began 9 of its 78 iterations in one run
     on different slots on its two ranks, the one on the earlier slot waiting a period in the
-    all-reduce each time (docs/results/policies.md). The price of agreeing: slots are given
+    all-reduce each time (docs/results/interleave/README.md). The price of agreeing: slots are given
     up only when the late iteration's vote is read, before the next iteration (one iteration
     later; two for Horovod without a barrier, whose next iteration has begun by then), so the
     late iteration itself, and with lag 2 the next, run late (catching up). With `hold`
