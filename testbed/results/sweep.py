@@ -382,9 +382,15 @@ def expand(spec: SweepSpec, sweep_file: Path, seeds: list[int] | None = None) ->
             )
         except ScenarioError as e:
             raise ScenarioError(str(e)) from None
-        if aims:
+        if aims and spec.compare is not None:
+            c = spec.compare
+            skip = frozenset(
+                j
+                for j, a in enumerate(aims)
+                if not aims_mod.concerns(a, labels, c.axis, c.baseline)
+            )
             try:
-                aims_mod.check_paths(aims, s, f"point {i} ({where})")
+                aims_mod.check_paths(aims, s, f"point {i} ({where})", skip)
             except aims_mod.AimError as e:
                 raise ScenarioError(f"{sweep_file}: {e}") from None
         ident = identity_of(s)

@@ -186,13 +186,29 @@ def _named(text: str | None, values: list[str], baseline: str, i: int) -> tuple[
     return value, base
 
 
-def check_paths(aims: list[Aim], scenario: Any, where: str) -> None:
-    """Every aim names a number the scenario's runs write (as `expect:` checks it)."""
+def concerns(aim: Aim, labels: dict[str, str], axis: str, baseline: str) -> bool:
+    """Whether a point with these labels is one of the runs `aim` reads: in a cell it judges,
+    and on one of its values (its value, baseline or other; any value where it names none).
+    A scheme that leaves a job out need not write the job's figures for aims about others."""
+    if not aim.judges(labels):
+        return False
+    if aim.value is None:
+        return True
+    return labels.get(axis) in {aim.value, aim.baseline or baseline, aim.other}
+
+
+def check_paths(
+    aims: list[Aim], scenario: Any, where: str, skip: frozenset[int] = frozenset()
+) -> None:
+    """Every aim (but those numbered in `skip`) names a number the scenario's runs write (as
+    `expect:` checks it)."""
     from testbed.scenario import expect
 
     template = expect.template_for(scenario)
     classes = scenario.tc_profile.class_names
     for i, a in enumerate(aims):
+        if i in skip:
+            continue
         try:
             kind = expect.kind_of(a.path, template, classes)
         except ValueError as e:
