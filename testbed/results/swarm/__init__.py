@@ -19,4 +19,6 @@ Why it is shaped this way:
 - At most one point runs on a node at a time (the sweep schedules, and reserves the node's
   CPUs), so points never share a machine's CPU; a node that goes down mid-point has the point
   run again elsewhere.
+
+Imports: any layer below results/ (inside its task a point runs `testbed up`, the command).
 """
