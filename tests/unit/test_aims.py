@@ -411,18 +411,18 @@ def test_an_aim_against_its_control_is_like_with_like(tmp_path):
 
 
 def test_an_aim_reads_only_its_own_runs_so_a_scheme_may_leave_a_job_out(tmp_path):
-    """An anchor scheme with the web flows left out (`workloads.websearch: null`, the job
-    alone) writes no web-search figures: an aim on the job against that anchor is accepted,
-    one on the web flows against it is refused, naming the anchor's point."""
-    schemes = {**SCHEMES, "alone": {"workloads.websearch": None}}
-    job = "horovod.iteration_time_s.mean change <= 3% (low vs alone)"
-    p = write(tmp_path, paired={"scheme": schemes}, aims=[job])
+    """An anchor scheme with the job left out (`workloads.horovod: null`, the web flows
+    alone) writes no training figures: an aim on the flows against that anchor is accepted,
+    one on the job against it is refused, naming the anchor's point."""
+    schemes = {**SCHEMES, "alone": {"workloads.horovod": None}}
+    flows = "websearch.fct_s.small.mean change <= 3% (low vs alone)"
+    p = write(tmp_path, paired={"scheme": schemes}, aims=[flows])
     points = sw.expand(sw.load_spec(p), p)
     alone = next(pt for pt in points if pt.labels["scheme"] == "alone")
-    assert alone.scenario.workloads.get("websearch") is None
-    flows = "websearch.fct_s.small.mean change <= 3% (low vs alone)"
-    p = write(tmp_path, paired={"scheme": schemes}, aims=[job, flows])
+    assert alone.scenario.workloads.get("horovod") is None
+    job = "horovod.iteration_time_s.mean change <= 3% (low vs alone)"
+    p = write(tmp_path, paired={"scheme": schemes}, aims=[flows, job])
     with pytest.raises(ScenarioError) as e:
         sw.expand(sw.load_spec(p), p)
-    assert "aims[1]: websearch.fct_s.small.mean: the runs of point" in str(e.value)
+    assert "aims[1]: horovod.iteration_time_s.mean: the runs of point" in str(e.value)
     assert "scheme=alone" in str(e.value)

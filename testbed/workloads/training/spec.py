@@ -255,7 +255,7 @@ def _check_schedule(w: HorovodWorkload) -> None:
             if getattr(w, field) is not None:
                 raise FieldProblem(
                     (field,),
-                    f"{field}: mode real trains a real model, whose layers are its own: "
+                    "mode real trains a real model, whose layers are its own: "
                     "choose it with real_model (small-cnn or resnet18-narrow)",
                 )
         if not w.barrier:
