@@ -371,7 +371,7 @@ def test_the_loader_plans_the_group_from_the_jobs_models():
         ),
         ({"a": {"policy": {"kind": "interleave", "offset": "-1ms"}}}, "workloads.a.policy"),
         ({"a": {"policy": {"kind": "interleave", "margin": "101%"}}}, "margin"),
-        ({"a": {"mode": "real"}}, "policy interleave needs mode: synthetic"),
+        ({"a": {"mode": "real", "model_size": None}}, "policy interleave needs mode: synthetic"),
         (
             {"a": {"policy": {"kind": "interleave", "late": "hold"}, "barrier": False}},
             "workloads.a.policy.late: late: hold waits inside the iteration before its first "
