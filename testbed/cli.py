@@ -697,8 +697,12 @@ def sweep(
     if planned:
         from testbed.results.decide import run_until_decided
 
-        d = run_until_decided(spec, sweep_file, out, run_round, budget_s, err_console.print)
-        ended = {"decided": "every aim decided", "max": "the plan's max reached",
+        d = run_until_decided(
+            spec, sweep_file, out, run_round, budget_s, err_console.print,
+            keep=lambda pts: sw.only_points(spec, pts, only) if only else None,
+        )  # fmt: skip
+        decided = "every aim decided" + (" in the cells --only kept" if only else "")
+        ended = {"decided": decided, "max": "the plan's max reached",
                  "budget": "the budget reached", "failed": "a run failed"}  # fmt: skip
         err_console.print(f"{d.seeds} seeds run: {ended[d.stopped]}")
         _sweep_done(spec, d.points, d.outcomes, out)

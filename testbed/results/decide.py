@@ -29,6 +29,7 @@ from testbed.results.sweep import (
 )
 
 RoundFn = Callable[[list[Point]], list[Outcome]]
+KeepFn = Callable[[list[Point]], set[int] | None]  # --only's filter (None: every point)
 
 
 @dataclass
@@ -53,6 +54,16 @@ def round_cost(points: list[Point], out: Path, per_run: float | None) -> float |
     return None if per_run is None else todo * per_run
 
 
+def open_aims(judged: list[dict[str, Any]], kept: list[Point] | None) -> list[dict[str, Any]]:
+    """The undecided verdicts this invocation can still decide: with --only, those of the
+    cells its points fall in (another cell's aim is that part's to decide, not this one's)."""
+
+    def ours(cell: dict[str, str]) -> bool:
+        return kept is None or any(all(p.labels.get(a) == v for a, v in cell.items()) for p in kept)
+
+    return [j for j in judged if j["verdict"] == "undecided" and ours(j["cell"])]
+
+
 def run_until_decided(
     spec: SweepSpec,
     sweep_file: Path,
@@ -60,17 +71,21 @@ def run_until_decided(
     run_round: RoundFn,
     budget_s: float | None = None,
     say: Callable[[str], None] = lambda _: None,
+    keep: KeepFn = lambda _: None,
 ) -> Decided:
     """Rounds of seeds until every aim holds or misses, `max` seeds ran, or the next round
-    would not fit in `budget_s` (this invocation's seconds; None: no limit)."""
+    would not fit in `budget_s` (this invocation's seconds; None: no limit). `keep`: the
+    points --only keeps, so that a part run counts its own cost and its own aims."""
     plan = spec.seeds
     assert isinstance(plan, SeedPlan)
     t0 = time.monotonic()
     n = plan.min
     while True:
         points = expand(spec, sweep_file, plan.first(n))
+        kept_ix = keep(points)
+        kept = None if kept_ix is None else [p for p in points if p.index in kept_ix]
         if budget_s is not None:
-            cost = round_cost(points, out, mean_wall(out))
+            cost = round_cost(points if kept is None else kept, out, mean_wall(out))
             left = budget_s - (time.monotonic() - t0)
             if cost is not None and cost > left:
                 say(f"seeds {plan.from_}–{plan.from_ + n - 1}: the round needs about "
@@ -81,15 +96,12 @@ def run_until_decided(
         if any(o.status == "failed" for o in outcomes):
             return _stop(spec, out, points, outcomes, "failed")
         v = record_verdicts(out, spec.name)
-        if v["decided"]:
+        still = open_aims(v["judged"], kept)
+        if v["decided"] or (v["judged"] and not still):
             return _stop(spec, out, points, outcomes, "decided")
         if n >= plan.max:
             return _stop(spec, out, points, outcomes, "max")
-        left_open = ", ".join(
-            f"{j['aim']} ({j['value']}, {j['verdict']})"
-            for j in v["judged"]
-            if j["verdict"] == "undecided"
-        )
+        left_open = ", ".join(f"{j['aim']} ({j['value']}, {j['verdict']})" for j in still)
         n = min(n + plan.step, plan.max)
         say(f"after {len(v['seeds'])} seeds undecided: {left_open}; adding seeds up to {n}")
 

@@ -233,6 +233,46 @@ def test_until_decided_adds_seeds_in_pairs_while_undecided_up_to_max(tmp_path):
     assert j["n"] == 7 and j["verdict"] == "undecided"
 
 
+def test_a_part_run_with_only_counts_its_own_cost_and_its_own_aims(tmp_path):
+    """`sweep --only cell=a --budget`: the round's cost is cell a's runs (cell b's unrun
+    points are another part's), and the rounds stop once cell a's aim is decided, though
+    cell b's stays open (no seed measured it)."""
+    cells = {"a": {"workloads.horovod.compute_time": "300ms"},
+             "b": {"workloads.horovod.compute_time": "400ms"}}  # fmt: skip
+    p = write(tmp_path, seeds=PLAN,
+              paired={"cell": cells, "scheme": {k: SCHEMES[k] for k in ("same", "low")}},
+              aims=["horovod.iteration_time_s.mean change <= 2% where cell=a",
+                    "horovod.iteration_time_s.mean change <= 2% where cell=b"])  # fmt: skip
+    spec, out, calls = sw.load_spec(p), tmp_path / "out", []
+    it = {(s, k): 1.0 if s == "same" else 1.5 for s in ("same", "low") for k in range(1, 8)}
+    inner = fake(it, calls=calls)
+
+    def run_one(scenario, folder, ui):
+        calls.append(scenario.workloads["horovod"].compute_time)
+        return inner(scenario, folder, ui)
+
+    def run_round(points, only):
+        kept = sw.only_points(spec, points, only)
+        outcomes = sw.run_sweep(spec, points, out, run_one, QuietUI(), kept)
+        for o in outcomes:  # as if each run took 10 minutes
+            f = out / "runs" / o.point.folder / "point.json"
+            if o.status == "ok":
+                f.write_text(json.dumps({**json.loads(f.read_text()), "wall_s": 600}))
+        return outcomes
+
+    run_round(sw.expand(spec, p, [1]), ("cell=b",))  # cell b's first seed, run earlier
+    calls.clear()
+    d = run_until_decided(
+        spec, p, out, lambda pts: run_round(pts, ("cell=a",)), budget_s=3700,
+        keep=lambda pts: sw.only_points(spec, pts, ("cell=a",)),
+    )  # fmt: skip
+    # 6 runs of cell a (60 min) fit in 61.7; counting cell b's 4 unrun points would not
+    assert d.stopped == "decided" and d.seeds == 3
+    assert [c for c in calls if not isinstance(c, tuple)] == [0.3] * 6
+    by_cell = {j["cell"]["cell"]: j["verdict"] for j in d.verdicts["judged"]}
+    assert by_cell == {"a": "misses", "b": "undecided"}
+
+
 def test_a_budget_stops_before_a_round_that_would_not_fit(tmp_path):
     it = {("same", k): 1.0 for k in range(1, 8)} | {
         ("low", k): 1.1 if k % 2 else 0.9 for k in range(1, 8)
