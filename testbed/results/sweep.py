@@ -246,6 +246,7 @@ LATER_INSTANCE_FIELDS: dict[tuple[str, ...], Any] = {
     ("policy",): {"kind": "static"},
     ("demote",): None,
     ("derived", "demote_dscp"): None,
+    ("real_model",): None,
 }
 
 

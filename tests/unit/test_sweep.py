@@ -345,9 +345,29 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
     assert sw.identity_of(with_overrides(s, {"topology.tcp_rto_initial": "1s"})) != before
 
 
+def test_a_published_sweeps_finished_points_stay_finished_under_todays_schema():
+    """The R = 4 cell's first seed of docs/results/thesis-exact/thesis-exact-verdict.yaml,
+    packed with the identities its runs recorded (2026-12-07, before `real_model` existed):
+    the sweep file expanded today gives its points the same identities, so resuming it does not
+    run them again. A field added without its entry in LATER_INSTANCE_FIELDS made every
+    finished point stale once (real_model, 2026-12-07: the sweep began seed 1 again)."""
+    import tarfile
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "results" / "thesis-exact"
+    path = root / "thesis-exact-verdict.yaml"
+    spec = sw.load_spec(path)
+    points = {p.folder: p for p in sw.expand(spec, path, [1])}
+    for folder in ("002-s1_r4-12.5pct_same", "003-s1_r4-12.5pct_low"):
+        with tarfile.open(root / "data" / "thesis-exact-verdict" / f"{folder}.tar.xz") as t:
+            member = t.extractfile(f"{folder}/point.json")
+            assert member is not None
+            recorded = json.loads(member.read())["identity"]
+        assert points[folder].identity == recorded, folder
+
+
 def test_a_training_policy_at_its_default_keeps_finished_points_finished():
-    """A training job's `policy` and web search's `demote` came after sweeps had run: static
-    and no demotion (what every run did) are left out of a point's identity, and any other
+    """A training job's `policy` and `real_model` and web search's `demote` came after sweeps
+    had run: static, none and no demotion (what every run did) are left out of a point's identity, and any other
     value makes the point another one."""
     import hashlib
 
@@ -359,6 +379,7 @@ def test_a_training_policy_at_its_default_keeps_finished_points_finished():
         del data["topology"][k]
     del data["tc_profile"]["shared_limit"], data["tc_profile"]["host_limit"]
     assert data["workloads"]["horovod"].pop("policy") == {"kind": "static"}
+    assert data["workloads"]["horovod"].pop("real_model") is None
     web = data["workloads"]["websearch"]
     assert web.pop("demote") is None and web["derived"].pop("demote_dscp") is None
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
