@@ -115,7 +115,8 @@ def predict(scenario: str, as_json: bool) -> None:
             continue
         if kind.predictable is not None and not kind.predictable(w):
             notes.append(
-                f"{name}: no prediction (the model knows the layers of synthetic jobs only)"
+                f"{name}: no prediction (a real job is predicted from the compute it states: "
+                "give it compute_time)"
             )
             continue
         try:
@@ -124,8 +125,8 @@ def predict(scenario: str, as_json: bool) -> None:
             raise ScenarioError(f"{scenario}: {e}") from None
     if not preds:
         raise ScenarioError(
-            f"{scenario}: workloads: nothing to predict (the model predicts synthetic training jobs)"
-            + (f"; {'; '.join(notes)}" if notes else "")
+            f"{scenario}: workloads: nothing to predict (the model predicts training jobs: "
+            "synthetic, or real with compute_time)" + (f"; {'; '.join(notes)}" if notes else "")
         )
     if as_json:
         docs = {name: p for name, (_, p) in preds.items()}

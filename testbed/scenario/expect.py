@@ -160,7 +160,9 @@ def predictable(s: Any) -> dict[str, str]:
         if kind.predict is None:
             out[name] = f"{name} ({w.kind}) has no model to predict it"
         elif kind.predictable is not None and not kind.predictable(w):
-            out[name] = f"{name}: the model predicts synthetic jobs (it knows their layers)"
+            out[name] = (
+                f"{name}: a real job is predicted from the compute it states (give it compute_time)"
+            )
         else:
             out[name] = ""
     return out

@@ -110,13 +110,17 @@ def test_the_timeline_is_in_the_summary_only_with_timeline_true():
     assert expect.template_for(load_scenario_data(data, "s.yaml"))["horovod"]["timeline"]
 
 
-def test_predicted_needs_a_synthetic_job():
+def test_predicted_needs_a_synthetic_job_or_a_real_one_with_its_compute():
     data = {**BASE, "workloads": {"horovod": {"mode": "real"}},
             "expect": ["horovod.iteration_time_s.mean < 2 * predicted"]}  # fmt: skip
     with pytest.raises(
-        ScenarioError, match=r"expect\[0\]: 'predicted': horovod: the model predicts synthetic"
+        ScenarioError,
+        match=r"expect\[0\]: 'predicted': horovod: a real job is predicted from the compute it "
+        r"states \(give it compute_time\)",
     ):
         load_scenario_data(data, "s.yaml")
+    stated = {"horovod": {"mode": "real", "compute_time": "300ms"}}
+    assert load_scenario_data({**data, "workloads": stated}, "s.yaml").expect
 
 
 def test_junit_holds_one_case_per_check_with_the_measured_value():

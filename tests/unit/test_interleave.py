@@ -305,6 +305,23 @@ def _jobs(**over):
     return load_scenario_data(data, "test")
 
 
+def test_real_jobs_are_planned_from_their_real_models_layers():
+    """Two torch-DDP jobs in mode real, each the small CNN (25,578 float32 parameters,
+    102,312 bytes: one DDP bucket, reduced after backward ends) with 100 ms of compute stated,
+    2 workers across a 100 Mbit/s fabric link: each reduces 102,312 B in 8.19 ms / 0.9356 =
+    8.75 ms, so its iteration alone is 108.75 ms and the second job's arc lies half the free
+    time of the period (108.75 × 1.05 − 2 × 8.75 = 96.7 ms) after the first's."""
+    real = {"mode": "real", "model_size": None, "real_model": "small-cnn"}
+    group, slots = plan_for(_jobs(a=real, b=real))
+    net = 102_312 * 8 / 100e6 / 0.9356
+    period = (0.1 + net) * 1.05
+    assert group[0].iteration_s == pytest.approx(0.1 + net, rel=1e-3)
+    assert group[0].network_s == pytest.approx(net, rel=1e-3)
+    assert slots["b"].offset_s - slots["a"].offset_s == pytest.approx(
+        net + (period - 2 * net) / 2, abs=period / GRID
+    )
+
+
 def test_a_given_period_replaces_the_models_and_the_free_time_is_shared_out_of_it():
     """The two jobs below (each 142.7 ms alone, 42.7 ms of network) with the period given as
     160 ms (e.g. their measured iterations, longer than the model's): the free time,
@@ -371,7 +388,20 @@ def test_the_loader_plans_the_group_from_the_jobs_models():
         ),
         ({"a": {"policy": {"kind": "interleave", "offset": "-1ms"}}}, "workloads.a.policy"),
         ({"a": {"policy": {"kind": "interleave", "margin": "101%"}}}, "margin"),
-        ({"a": {"mode": "real", "model_size": None}}, "policy interleave needs mode: synthetic"),
+        (
+            {"a": {"mode": "real", "model_size": None, "compute_time": None}},
+            "workloads.a.compute_time: policy interleave in mode real needs compute_time",
+        ),
+        (
+            {
+                "a": {
+                    "mode": "real",
+                    "model_size": None,
+                    "policy": {"kind": "interleave", "late": "hold"},
+                }
+            },
+            "workloads.a.policy.late: late: hold needs mode: synthetic",
+        ),
         (
             {"a": {"policy": {"kind": "interleave", "late": "hold"}, "barrier": False}},
             "workloads.a.policy.late: late: hold waits inside the iteration before its first "

@@ -200,8 +200,9 @@ class HorovodWorkload(Placed):
         "transfer: the buffers of the first layers in a higher class, `{kind: layers, first: "
         "10, to: high}`; tail: the buffers the model has exposed after backward; both torch-ddp "
         "on CPU, single ToR). In mode real: layers and tail split DDP's buckets by layer in a "
-        "communication hook, adaptive and by-ratio class the whole job (Horovod too); tail, "
-        "adaptive and by-ratio need compute_time; interleave is synthetic only",
+        "communication hook, adaptive and by-ratio class the whole job (Horovod too), "
+        "interleave paces the real loop's iterations onto its slots (late: catch-up or skip); "
+        "tail, adaptive, by-ratio and interleave need compute_time",
     )
 
     derived: HorovodDerived | None = Field(
@@ -277,17 +278,19 @@ REAL_NEEDS = {  # what a policy computes from the job's compute time (predict.py
     "adaptive": "its deadline (the compute plus the budget's share of the iteration alone)",
     "tail": "the buffers still reducing when backward ends",
     "by-ratio": "its compute-to-network ratio, the job's rank",
+    "interleave": "its slots (its iteration alone and when its network phases run)",
 }
 
 
 def _check_real_policy(w: HorovodWorkload, p: Any) -> None:
     """Mode real trains a real model whose layers are known (models.REAL_MODELS) but whose
     compute is its own: a policy computed from the compute needs it stated."""
-    if isinstance(p, InterleavePolicy):
+    if isinstance(p, InterleavePolicy) and p.late == "hold":
         raise FieldProblem(
-            ("policy",),
-            "policy interleave needs mode: synthetic: its slots are agreed on by the "
-            "synthetic loops' per-iteration vote, which a real model's loop does not run",
+            ("policy", "late"),
+            "late: hold needs mode: synthetic: it waits before the iteration's first "
+            "reduction, which in a real model runs inside backward (DDP's buckets, Horovod's "
+            "hooks); use late: skip or catch-up",
         )
     if p.kind in REAL_NEEDS and w.compute_time is None and w.compute_to_network_ratio is None:
         raise FieldProblem(
@@ -609,7 +612,7 @@ for _kind, _config, _doc, _summary in (
             record_durations=("duration_s", "compute_s", "wait_s"),
             preflight="testbed.workloads.training.gpus:preflight",
             predict="testbed.workloads.training.model.predict:for_instance",
-            predictable=lambda w: w.mode == "synthetic",
+            predictable=lambda w: w.mode == "synthetic" or w.compute_time is not None,
             devices="testbed.workloads.training.gpus:devices",
             binaries=("iptables",),
             default_class="default",

@@ -225,7 +225,11 @@ def real(
     rec: Recorder,
     deadline: float,
     groups: list[Any] | None = None,
+    pacer: Pacer = NO_PACE,
 ) -> None:
+    """The real model's loop through DistributedDataParallel; `pacer`: policy interleave's
+    slots, each iteration waiting for its own before its forward pass (the buckets' reductions
+    run inside backward, so no later wait could hold them: late: hold is refused)."""
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + dist.get_rank())
@@ -240,12 +244,13 @@ def real(
     loss_fn = nn.CrossEntropyLoss()
     bs = cfg.get("batch_size", 16)
     limit = cfg.get("iterations")
-    vote = StopVote(dist, torch, deadline, device)
+    vote = StopVote(dist, torch, deadline, device, pacer=pacer)
     i = 0
     while limit is None or i < limit:
         if vote.stop():
             break
         start = Stamp()
+        pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
         x = torch.randn(bs, *shape, device=device)
         y = torch.randint(0, classes, (bs,), device=device)
         opt.zero_grad()
@@ -307,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)
     sockets = SocketReads(window.start, window.stop, sockets_file(args.out))
+    pacer = Pacer(cfg, window.t0, pace_file(args.out))
     if cfg["mode"] == "real":
-        real(cfg, dist, torch, rec, deadline=window.end, groups=groups)
+        real(cfg, dist, torch, rec, deadline=window.end, groups=groups, pacer=pacer)
     else:
-        pacer = Pacer(cfg, window.t0, pace_file(args.out))
         synthetic(cfg, dist, torch, rec, deadline=window.end, groups=groups, pacer=pacer)
     sockets.finish()
     args.out.with_suffix(".done").touch()

@@ -509,8 +509,15 @@ def synthetic(
 
 
 def real(
-    cfg: dict[str, Any], hvd: Any, torch: Any, rec: Recorder, deadline: float | None = None
+    cfg: dict[str, Any],
+    hvd: Any,
+    torch: Any,
+    rec: Recorder,
+    deadline: float | None = None,
+    pacer: Pacer = NO_PACE,
 ) -> None:
+    """The real model's loop; `pacer`: policy interleave's slots, each iteration waiting for
+    its own before its forward pass, the slots riding on the stop vote (Pacer.agree)."""
     nn = torch.nn
     device = torch.device(cfg.get("device", "cpu"))
     torch.manual_seed(cfg.get("seed", 1) + hvd.rank())
@@ -521,12 +528,13 @@ def real(
     loss_fn = nn.CrossEntropyLoss()
     bs = cfg.get("batch_size", 16)
     limit = cfg.get("iterations")
-    vote = StopVote(hvd, torch, lag=1, deadline=deadline)
+    vote = StopVote(hvd, torch, lag=1, deadline=deadline, pacer=pacer)
     i = 0
     while limit is None or i < limit:
         if vote.stop():
             break
         start = Stamp()
+        pacer.wait()  # its slot (policy interleave): the wait is part of the iteration
         x = torch.randn(bs, *shape, device=device)
         y = torch.randint(0, classes, (bs,), device=device)
         opt.zero_grad()
@@ -585,10 +593,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.with_suffix(".ready").touch()
     window = wait_for_go(args.go)  # returns at the common t0
     sockets = SocketReads(window.start, window.stop, sockets_file(args.out))
+    pacer = Pacer(cfg, window.t0, pace_file(args.out))
     if cfg["mode"] == "real":
-        real(cfg, hvd, torch, rec, deadline=window.end)
+        real(cfg, hvd, torch, rec, deadline=window.end, pacer=pacer)
     else:
-        pacer = Pacer(cfg, window.t0, pace_file(args.out))
         synthetic(cfg, hvd, torch, rec, deadline=window.end, pacer=pacer)
     sockets.finish()
     args.out.with_suffix(".done").touch()
