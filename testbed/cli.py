@@ -71,6 +71,22 @@ def validate(scenario: str) -> None:
     """Check SCENARIO and print it resolved (defaults filled in, tc profile expanded)."""
     s = load_scenario(scenario)
     click.echo(dump_scenario(s), nl=False)
+    if s.machines is not None:  # as YAML comments: the output still loads
+        from testbed.scenario.partition import describe
+        from testbed.scenario.resolve import machine_plan
+
+        for line in describe(machine_plan(s), s.time_scale if s.time_scale != "auto" else 1):
+            click.echo(f"# {line}")
+
+
+def _refuse_machines(s: Any, source: str) -> None:
+    """One run over several machines is placed (validate prints it) but not yet run."""
+    if s.machines is not None:
+        raise ScenarioError(
+            f"{source}: machines: a run over several machines is not built yet (only its "
+            "placement: `testbed validate` prints it; docs/swarm.md); remove machines: to run "
+            "it on this one"
+        )
 
 
 @main.command("kinds")
@@ -197,6 +213,7 @@ def up(
         if hold_s <= 0:
             raise ScenarioError("--hold: the duration must be positive, e.g. 10m")
     s = load_scenario(scenario)
+    _refuse_machines(s, scenario)
     d = None
     if duration is not None:
         try:
@@ -657,6 +674,8 @@ def sweep(
         except ValueError as e:
             raise ScenarioError(f"--budget {budget}: {e} (e.g. 6h or 90min)") from None
     points = sw.expand(spec, sweep_file)
+    for p in points[:1]:  # every point has the base's machines: section, or none
+        _refuse_machines(p.scenario, str(sweep_file))
     if planned:  # every seed the plan may add must resolve before the first run
         sw.expand(spec, sweep_file, spec.all_seeds())
     out = out or sw.default_out(spec)

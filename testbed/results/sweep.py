@@ -240,6 +240,7 @@ LATER_FIELDS: dict[tuple[str, ...], Any] = {
     ("topology", "tcp_recovery"): "linux",
     ("topology", "tcp_idle_restart"): True,
     ("topology", "tcp_rto_initial"): None,
+    ("machines",): None,
 }
 # the same, in every workload instance
 LATER_INSTANCE_FIELDS: dict[tuple[str, ...], Any] = {

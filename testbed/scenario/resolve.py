@@ -80,6 +80,16 @@ def resolve(s: Scenario, base_dir: Path | None = None) -> None:
     except expect.ExpectError as e:
         raise FieldProblem(("expect", e.index), e.msg) from None
     _check_dilation(s)
+    if s.machines is not None:  # every pin names a node, every GPU host has GPUs
+        machine_plan(s)
+
+
+def machine_plan(s: Scenario) -> Any:
+    """Where the scenario's nodes go on its machines (partition.place); FieldProblem."""
+    from testbed.scenario.partition import place
+    from testbed.scenario.topology import build_plan
+
+    return place(s, build_plan(s, "000000"))
 
 
 def _refuse_shared_ports(s: Scenario, every: list[str]) -> None:

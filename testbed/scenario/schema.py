@@ -38,6 +38,7 @@ from testbed.core.fields import path as field_path
 from testbed.core.profile import TcProfile, load_profile_data
 from testbed.core.units import format_duration
 from testbed.core.window import Window
+from testbed.scenario.machines import VXLAN_OVERHEAD, Machines
 from testbed.scenario.runtimes import DECLARED, with_options
 from testbed.scenario.runtimes import DEFAULT as DEFAULT_RUNTIME
 from testbed.scenario.runtimes import names as runtime_names
@@ -569,6 +570,12 @@ class _ScenarioFields(BaseModel):
         description="checks over the run's summary, e.g. 'websearch.fct_s.small.p99 < 20ms' or "
         "'horovod.iteration_time_s.mean < 1.05 * predicted'; any failure makes `up` exit 3",
     )
+    machines: Machines | None = Field(
+        None,
+        description="one run over several machines (Swarm nodes): where its switches and "
+        "hosts go; `testbed validate` prints the placement and the links it cuts (running "
+        "it is not built yet: docs/swarm.md)",
+    )
 
     @field_validator("tc_profile", mode="before")
     @classmethod
@@ -638,6 +645,24 @@ class _ScenarioFields(BaseModel):
                 ("topology", "queue_limit"),
                 "sets every class's own limit, and the tc profile sets the hosts' ports' "
                 "(host_limit); remove one of them",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _underlay(self) -> _ScenarioFields:
+        """A cut link's frames travel inside VXLAN over the machines' own network: an MTU
+        left at its default is fitted under it, one given that does not fit is refused."""
+        m = self.machines
+        fits = m is not None and self.topology.mtu + VXLAN_OVERHEAD <= m.underlay_mtu
+        if m is not None and not fits and "mtu" not in self.topology.model_fields_set:
+            self.topology.mtu = m.underlay_mtu - VXLAN_OVERHEAD
+        elif m is not None and not fits:
+            raise _FieldError(
+                ("topology", "mtu"),
+                f"{self.topology.mtu} B does not fit a VXLAN tunnel over the machines' network "
+                f"(machines.underlay_mtu {m.underlay_mtu} B less {VXLAN_OVERHEAD}): set "
+                f"topology.mtu: {m.underlay_mtu - VXLAN_OVERHEAD}, or raise "
+                "machines.underlay_mtu if the machines' network carries more",
             )
         return self
 

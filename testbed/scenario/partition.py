@@ -1,0 +1,256 @@
+"""Where each switch and host of a run goes when the scenario names several machines
+(`machines:`, machines.py), and which links that cuts: pure, computed from the topology plan.
+
+The graph is MaxiNet's (Wette et al., 2014): a vertex per switch with its hosts (a switch
+always keeps the hosts it is not told to leave), weighted 1 + its hosts' weight, a host
+weighing 1 + the workload instances it runs; an edge per link, weighted by its rate in
+Mbit/s, so the partition cuts the least link rate it can while it balances the machines'
+load. METIS (through pymetis) partitions it: a hand-made heuristic would be worse and ours to
+maintain. A pinned switch or host (`machines.place`) is its own vertex; METIS has no fixed
+vertices, so its parts are matched to the machines afterwards, the assignment that keeps most
+pins (and GPU hosts on machines with GPUs) winning, and every pin is then applied as given.
+A single ToR is one vertex: it stays on one machine unless hosts are pinned elsewhere.
+
+Every cut link becomes a VXLAN tunnel between its two machines (its switch end's HTB tree
+stays where the switch is), so what crosses the machines' own network is what the link's
+port already shaped: its rate, over time_scale, in each direction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.core.fields import FieldProblem
+from testbed.scenario.topology import TopologyPlan
+
+SEED = 1  # METIS's own random seed: the same scenario, the same placement
+EXHAUSTIVE = 8  # parts up to which every matching of parts to machines is tried
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A link whose two ends are on different machines: a tunnel between them."""
+
+    link: str  # its name in summaries (the host's name, or leaf<i>-spine<j>)
+    lower: str  # its lower node (a host or a leaf) and that node's machine
+    lower_machine: str
+    upper: str
+    upper_machine: str
+    rate_bps: int  # each way, in scenario time
+
+
+@dataclass(frozen=True)
+class MachinePlan:
+    machines: tuple[str, ...]
+    machine_of: dict[str, str]  # switch or host name → machine
+    cut: tuple[Cut, ...]
+    how: str  # one line: how the placement was made
+
+    def nodes_on(self, machine: str) -> list[str]:
+        return [n for n, m in self.machine_of.items() if m == machine]
+
+    @property
+    def cut_rate_bps(self) -> int:
+        return sum(c.rate_bps for c in self.cut)
+
+
+@dataclass
+class _Vertex:
+    nodes: list[str]  # a switch and its unpinned hosts, or one pinned node
+    weight: int
+    pin: str | None = None  # the machine the user gave
+    gpu: bool = False  # holds a host of a job with gpus
+
+
+def _host_loads(s: Any, hosts: list[str]) -> tuple[dict[str, int], set[str]]:
+    """Each host's workload instances, and the hosts of jobs with GPUs."""
+    load = dict.fromkeys(hosts, 0)
+    gpu: set[str] = set()
+    for w in s.workloads.values():
+        if not hasattr(w, "hosts"):
+            continue
+        used = w.hosts or hosts
+        for h in used:
+            load[h] += 1
+        if getattr(w, "gpus", None) is not None:
+            gpu.update(used)
+    return load, gpu
+
+
+def _vertices(s: Any, t: TopologyPlan) -> list[_Vertex]:
+    m = s.machines
+    hosts = [h.name for h in t.hosts]
+    known = {*hosts, *(sw.name for sw in t.switches)}
+    for node in m.place:
+        if node not in known:
+            switches = ", ".join(sw.name for sw in t.switches)
+            raise FieldProblem(
+                ("machines", "place", node),
+                f"the topology has no node {node!r} (hosts h1 … h{len(hosts)}; switches "
+                f"{switches})",
+            )
+    load, gpu = _host_loads(s, hosts)
+    out = []
+    for sw in t.switches:
+        own = [h.name for h in t.hosts if h.switch == sw.name and h.name not in m.place]
+        out.append(
+            _Vertex([sw.name, *own], 1 + sum(1 + load[h] for h in own), m.place.get(sw.name),
+                    any(h in gpu for h in own))
+        )  # fmt: skip
+    for h in t.hosts:
+        if h.name in m.place:
+            out.append(_Vertex([h.name], 1 + load[h.name], m.place[h.name], h.name in gpu))
+    return out
+
+
+def _edges(t: TopologyPlan, vertex_of: dict[str, int]) -> dict[tuple[int, int], int]:
+    """(vertex, vertex) → the rate of the links between them, Mbit/s (at least 1)."""
+    out: dict[tuple[int, int], int] = {}
+    for lk in t.links:
+        a, b = vertex_of[lk.a.node], vertex_of[lk.b.node]
+        if a != b:
+            key = (min(a, b), max(a, b))
+            out[key] = out.get(key, 0) + max(1, math.ceil(lk.rate_bps / 1e6))
+    return out
+
+
+def _metis(n_parts: int, vertices: list[_Vertex], edges: dict[tuple[int, int], int]) -> list[int]:
+    """Each vertex's part, from METIS (k-way, its own seed fixed)."""
+    if n_parts == 1:
+        return [0] * len(vertices)
+    import pymetis
+
+    adjacent: list[list[tuple[int, int]]] = [[] for _ in vertices]
+    for (a, b), w in edges.items():
+        adjacent[a].append((b, w))
+        adjacent[b].append((a, w))
+    starts, targets, weights = [0], [], []
+    for row in adjacent:
+        targets += [v for v, _ in row]
+        weights += [w for _, w in row]
+        starts.append(len(targets))
+    return list(
+        pymetis.part_graph(
+            n_parts,
+            pymetis.CSRAdjacency(starts, targets),
+            vweights=[v.weight for v in vertices],
+            eweights=weights or None,
+            options=pymetis.Options(seed=SEED),
+        ).vertex_part
+    )
+
+
+def _match(parts: list[int], vertices: list[_Vertex], s: Any) -> dict[int, str]:
+    """The machine of each part: the matching that keeps most pins, then most GPU hosts on
+    machines with GPUs, then the machines' order (every one is tried up to EXHAUSTIVE
+    parts; above that, greedily in part order)."""
+    m = s.machines
+    names = m.names()
+    used = sorted(set(parts))
+
+    def score(choice: tuple[str, ...]) -> tuple[int, int]:
+        at = dict(zip(used, choice, strict=True))
+        pins = sum(v.pin == at[p] for v, p in zip(vertices, parts, strict=True) if v.pin)
+        gpus = sum(m.gpus_of(at[p]) > 0 for v, p in zip(vertices, parts, strict=True) if v.gpu)
+        return pins, gpus
+
+    if len(used) <= EXHAUSTIVE:
+        best = max(itertools.permutations(names, len(used)), key=score)  # first best wins
+        return dict(zip(used, best, strict=True))
+    out: dict[int, str] = {}
+    free = list(names)
+    for p in used:
+        pins = [v.pin for v, q in zip(vertices, parts, strict=True) if q == p and v.pin]
+        pick = next((x for x in pins if x in free), free[0])
+        out[p] = pick
+        free.remove(pick)
+    return out
+
+
+def place(s: Any, t: TopologyPlan) -> MachinePlan:
+    """The machine of every switch and host of `t`, and the links that cross machines.
+    FieldProblem: a pin naming no node, or a GPU job's host on a machine without GPUs."""
+    m = s.machines
+    vertices = _vertices(s, t)
+    vertex_of = {n: i for i, v in enumerate(vertices) for n in v.nodes}
+    edges = _edges(t, vertex_of)
+    free = [v for v in vertices if v.pin is None]
+    n_parts = max(1, min(len(m.nodes), len(vertices)))
+    parts = _metis(n_parts, vertices, edges)
+    at = _match(parts, vertices, s)
+    machine_of = {}
+    for v, p in zip(vertices, parts, strict=True):
+        for n in v.nodes:
+            machine_of[n] = v.pin or at[p]
+    _check_gpus(s, t, machine_of)
+    cut = tuple(
+        Cut(lk.name, lk.a.node, machine_of[lk.a.node], lk.b.node, machine_of[lk.b.node],
+            lk.rate_bps)
+        for lk in t.links
+        if machine_of[lk.a.node] != machine_of[lk.b.node]
+    )  # fmt: skip
+    if len(m.nodes) == 1:
+        how = "one machine"
+    elif len(vertices) == 1:
+        how = "one switch with its hosts: one machine (pin hosts to spread them)"
+    elif not free:
+        how = "as pinned"
+    else:
+        how = (
+            f"METIS over {len(vertices)} groups, a switch with its hosts, weighted by the "
+            "links' rates and the hosts' workloads" + (", then the pins" if m.place else "")
+        )
+    return MachinePlan(tuple(m.names()), machine_of, cut, how)
+
+
+def _check_gpus(s: Any, t: TopologyPlan, machine_of: dict[str, str]) -> None:
+    m = s.machines
+    _, gpu = _host_loads(s, [h.name for h in t.hosts])
+    with_gpus = [x.name for x in m.nodes if x.gpus > 0]
+    for h in sorted(gpu, key=lambda n: t.host(n).index):
+        where = machine_of[h]
+        if m.gpus_of(where) > 0:
+            continue
+        if not with_gpus:
+            raise FieldProblem(
+                ("machines", "nodes"),
+                f"host {h} runs a training job with gpus and no machine has any: give the "
+                "machines that have them their count, e.g. {name: gpu1, gpus: 8}",
+            )
+        pinned = h in m.place or t.host(h).switch in m.place
+        raise FieldProblem(
+            ("machines", "place", h if h in m.place else t.host(h).switch)
+            if pinned
+            else ("machines", "place"),
+            f"host {h} runs a training job with gpus and is placed on {where}, which has none; "
+            f"pin it where the GPUs are, e.g. machines.place: {{{h}: {with_gpus[0]}}}",
+        )
+
+
+def describe(plan: MachinePlan, time_scale: float = 1.0) -> list[str]:
+    """The placement and its cut as lines of text (`testbed validate`)."""
+    from testbed.core.units import format_rate
+
+    lines = [f"placement on {len(plan.machines)} machines, {plan.how}:"]
+    for name in plan.machines:
+        nodes = plan.nodes_on(name)
+        lines.append(f"  {name}: {', '.join(nodes) if nodes else '(nothing)'}")
+    if not plan.cut:
+        lines.append("cut: no link crosses machines")
+        return lines
+    wire = f"; {format_rate(plan.cut_rate_bps / time_scale)} on the machines' network at " \
+        f"time_scale {time_scale:g}" if time_scale != 1 else ""  # fmt: skip
+    links = f"{len(plan.cut)} link{'s' if len(plan.cut) > 1 else ''}"
+    lines.append(
+        f"cut: {links} across machines, {format_rate(plan.cut_rate_bps)} each way in all{wire} "
+        "(a VXLAN tunnel each):"
+    )
+    for c in plan.cut:
+        lines.append(
+            f"  {c.link}: {c.lower} on {c.lower_machine} ↔ {c.upper} on {c.upper_machine}, "
+            f"{format_rate(c.rate_bps)}"
+        )
+    return lines

@@ -1,0 +1,162 @@
+"""One run over several machines, its placement (issue 76): where `machines:` puts each switch
+and host, which links that cuts, and the one-line refusals; against placements worked out by
+hand from the topology, not from the partition's own output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.core.errors import ScenarioError
+from testbed.scenario.resolve import load_scenario_data, machine_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LEAF_SPINE = {"kind": "leaf-spine", "leaves": 3, "spines": 2, "hosts_per_leaf": 4,
+              "link_rate": "100mbit", "oversubscription": 2}  # fmt: skip
+
+
+def scenario(machines, topology=None, workloads=None, **top):
+    data = {
+        "name": "m",
+        "topology": topology or LEAF_SPINE,
+        "machines": machines,
+        "workloads": workloads if workloads is not None else {"web": {"utilization": "10%"}},
+        **top,
+    }
+    return load_scenario_data(data, "m.yaml")
+
+
+def test_a_leaf_spine_over_three_machines_keeps_each_leaf_with_its_hosts():
+    """3 leaves of 4 hosts (each host running web search: weight 2, a leaf 9) and 2 spines
+    (weight 1) over 3 machines: balance puts one leaf on each machine, and the least cut
+    then joins each spine to one leaf: 6 fabric links − 2 = 4 cut, 100 Mbit/s each
+    (4 × 100 Mbit/s over 2 spines at 2:1), and no host link is cut."""
+    plan = machine_plan(scenario({"nodes": ["a", "b", "c"]}))
+    leaves = {plan.machine_of[f"leaf{i}"] for i in (1, 2, 3)}
+    assert leaves == {"a", "b", "c"}
+    for i in range(1, 13):
+        assert plan.machine_of[f"h{i}"] == plan.machine_of[f"leaf{(i - 1) // 4 + 1}"]
+    assert len(plan.cut) == 4 and {c.rate_bps for c in plan.cut} == {100_000_000}
+    assert all(c.upper.startswith("spine") for c in plan.cut)
+    assert plan.machine_of["spine1"] != plan.machine_of["spine2"]  # two machines share none
+
+
+def test_one_machine_or_one_switch_cuts_nothing():
+    one = machine_plan(scenario({"nodes": ["a"]}))
+    assert set(one.machine_of.values()) == {"a"} and one.cut == ()
+    tor = machine_plan(scenario({"nodes": ["a", "b"]}, topology={"hosts": 4}))
+    assert set(tor.machine_of.values()) == {"a"} and tor.cut == ()
+    assert "pin hosts to spread them" in tor.how
+
+
+def test_pins_put_a_single_tor_switch_on_one_machine_and_its_hosts_on_others():
+    """The issue's first split: the switch on a, hosts on b and c: every host link is cut,
+    each at the link's 1 Gbit/s."""
+    plan = machine_plan(scenario(
+        {"nodes": ["a", "b", "c"], "place": {"sw": "a", "h1": "b", "h2": "b", "h3": "c"}},
+        topology={"hosts": 4, "link_rate": "1gbit"},
+    ))  # fmt: skip
+    assert plan.machine_of == {"sw": "a", "h4": "a", "h1": "b", "h2": "b", "h3": "c"}
+    assert [(c.link, c.lower_machine, c.upper_machine) for c in plan.cut] == [
+        ("h1", "b", "a"), ("h2", "b", "a"), ("h3", "c", "a")]  # fmt: skip
+    assert plan.cut_rate_bps == 3_000_000_000
+
+
+def test_a_gpu_jobs_hosts_go_where_the_gpus_are():
+    """A 2-leaf fabric whose second leaf's hosts train on GPUs: only machine g has any, so
+    the matching puts leaf2 and its hosts there, whichever part METIS numbered first."""
+    job = {"kind": "torch-ddp", "hosts": ["h3", "h4"], "gpus": 1, "model_size": "1MB",
+           "compute_time": "10ms"}  # fmt: skip
+    topo = {"kind": "leaf-spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2,
+            "link_rate": "100mbit", "oversubscription": 1}  # fmt: skip
+    plan = machine_plan(scenario({"nodes": ["c", {"name": "g", "gpus": 8}]}, topology=topo,
+                                 workloads={"train": job}))  # fmt: skip
+    assert [plan.machine_of[n] for n in ("leaf2", "h3", "h4")] == ["g", "g", "g"]
+    assert [plan.machine_of[n] for n in ("leaf1", "h1", "h2")] == ["c", "c", "c"]
+
+
+def test_an_mtu_left_at_its_default_is_fitted_under_the_underlay():
+    s = scenario({"nodes": ["a", "b"], "underlay_mtu": 9000})
+    assert s.topology.mtu == 1500  # fits under 9000 − 50: kept
+    assert scenario({"nodes": ["a", "b"]}).topology.mtu == 1450
+
+
+GPU_JOB = {"train": {"kind": "torch-ddp", "hosts": ["h1", "h2"], "gpus": 1,
+                     "model_size": "1MB", "compute_time": "10ms"}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("machines", "top", "message"),
+    [
+        (
+            {"nodes": ["a", "b"], "place": {"h99": "a"}},
+            {},
+            "machines.place.h99: the topology has no node 'h99' (hosts h1 … h12; switches leaf1, "
+            "leaf2, leaf3, spine1, spine2)",
+        ),
+        (
+            {"nodes": ["a", "b"], "place": {"h1": "x"}},
+            {},
+            "machines.place.h1: 'x' is not one of machines.nodes (a, b)",
+        ),
+        ({"nodes": ["a", "a"]}, {}, "machines.nodes[1].name: 'a' is given twice"),
+        (
+            {"nodes": ["a", "b"], "vxlan_port": 4789},
+            {},
+            "machines.vxlan_port: 4789 is Docker's overlay VXLAN port",
+        ),
+        ({"nodes": []}, {}, "machines.nodes"),
+        (
+            {"nodes": ["a", "b"]},
+            {"topology": {**LEAF_SPINE, "mtu": 1500}},
+            "topology.mtu: 1500 B does not fit a VXLAN tunnel over the machines' network "
+            "(machines.underlay_mtu 1500 B less 50): set topology.mtu: 1450",
+        ),
+        (
+            {"nodes": ["a", {"name": "g", "gpus": 2}], "place": {"h1": "a"}},
+            {"workloads": GPU_JOB},
+            "machines.place.h1: host h1 runs a training job with gpus and is placed on a, which "
+            "has none; pin it where the GPUs are, e.g. machines.place: {h1: g}",
+        ),
+        (
+            {"nodes": ["a", "b"]},
+            {"workloads": GPU_JOB},
+            "machines.nodes: host h1 runs a training job with gpus and no machine has any",
+        ),
+    ],
+)
+def test_bad_machines_are_one_line_naming_the_field(machines, top, message):
+    with pytest.raises(ScenarioError) as e:
+        scenario(machines, **top)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=60)  # fmt: skip
+
+
+def test_validate_prints_the_placement_and_up_refuses_in_one_line_creating_nothing(tmp_path):
+    data = {"name": "m", "topology": LEAF_SPINE, "machines": {"nodes": ["a", "b", "c"]},
+            "workloads": {"web": {"utilization": "10%"}}}  # fmt: skip
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(data))
+    r = _cli("validate", str(p), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert yaml.safe_load(r.stdout)["machines"]["nodes"][2] == {"name": "c", "gpus": 0}
+    comments = [x for x in r.stdout.splitlines() if x.startswith("# ")]
+    assert comments[0].startswith("# placement on 3 machines, METIS over 5 groups")
+    assert "# cut: 4 links across machines, 400mbit each way in all" in r.stdout
+    up = _cli("up", str(p), "--out", str(tmp_path / "run"), cwd=tmp_path)
+    assert up.returncode == 2 and "Traceback" not in up.stderr
+    assert [x for x in up.stderr.splitlines() if x.strip()] == [
+        f"error: {p}: machines: a run over several machines is not built yet (only its "
+        "placement: `testbed validate` prints it; docs/swarm.md); remove machines: to run it "
+        "on this one"
+    ]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.yaml"]
