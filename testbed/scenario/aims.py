@@ -370,8 +370,11 @@ def pair_flags(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
     """Why two runs of one seed are not a fair pair (empty: they are), from their summaries:
     `started_at`, `host_cpu.busy`/`steal` (0–1) and `link_budget.load`; and a pair of which a
     run asked more of the machine than its budget (load over 1: its links or its CPU), whose
-    figures the emulation may have bent however alike its two runs were."""
+    figures the emulation may have bent however alike its two runs were. Host busy and load
+    are compared only between runs of the same workloads: a run that leaves one out (a job
+    alone, the anchor of a several-jobs design) asks less by construction, not by drift."""
     out = []
+    same_work = set(base.get("workloads") or {}) == set(other.get("workloads") or {})
     over = [x for x in (value_at(base, "link_budget.load"), value_at(other, "link_budget.load"))
             if x is not None and x > 1]  # fmt: skip
     if over:
@@ -385,6 +388,8 @@ def pair_flags(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
         ("busy", "host_cpu.busy", "host CPU busy"),
         ("load", "link_budget.load", "link-budget load"),
     ):
+        if key != "steal" and not same_work:
+            continue
         x, y = value_at(base, path), value_at(other, path)
         if x is not None and y is not None and abs(x - y) > PAIR_LIMITS[key]:
             out.append(f"{what} {x:.0%} against {y:.0%}")

@@ -184,6 +184,13 @@ def test_pair_flags_by_hand():
         "started 1.0 h apart", "steal 0% against 5%", "host CPU busy 50% against 80%",
         "link-budget load 30% against 50%",
     ]  # fmt: skip
+    # a job alone against the job beside another (Crux's anchors: link-budget load 10 % and
+    # 26 %): the run that leaves a workload out asks less by construction; steal still counts
+    both, alone = (
+        {**c, "workloads": {"gpt": "horovod", "bert": "horovod"}},
+        {**a, "workloads": {"gpt": "horovod"}},
+    )
+    assert aims.pair_flags(alone, both) == ["started 1.0 h apart", "steal 0% against 5%"]
     # a run over its budget (the CPU line at 70 %: R = 2 at x100 asks 1.27): alike is not enough
     d = {**a, "link_budget": {"load": 1.27}}
     assert aims.pair_flags(d, {**a, "link_budget": {"load": 1.27}}) == [
