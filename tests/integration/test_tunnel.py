@@ -1,0 +1,107 @@
+"""A cut link's two halves (issue 76, testbed/network/tunnel.py) between two emulated
+machines: each machine a namespace with its end of an underlay veth (MTU 1500), each node a
+namespace whose link's local end is stitched to a VXLAN device on its machine. The nodes see
+one cable: a 1450-byte packet crosses unfragmented, 20 MB of TCP arrive whole, every frame one
+node sends the other receives (no frame lost or doubled by the stitch), and the tunnels are
+what the plan says (`ip -d link`, not pyroute2, reads them back)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from ipaddress import IPv4Address
+
+from pyroute2 import NetNS
+
+from testbed.network.tunnel import Tunnel, build
+
+from .test_runtime import in_ns
+
+MTU, PORT, VNI = 1450, 14789, 4242
+UNDERLAY = {"a": "10.250.0.1", "b": "10.250.0.2"}  # the emulated machines' own network
+NODES = {"a": "10.251.0.1", "b": "10.251.0.2"}  # the emulated network: one link, cut
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def counters(ns: str, dev: str) -> dict[str, int]:
+    (x,) = json.loads(in_ns(ns, "ip", "-j", "-s", "link", "show", dev).stdout)
+    return {"tx": x["stats64"]["tx"]["packets"], "rx": x["stats64"]["rx"]["packets"]}
+
+
+@contextmanager
+def two_machines() -> Iterator[dict[str, str]]:
+    """Namespaces m<x> (the machines) and n<x> (a node on each), the underlay and the two
+    node links' veths (the nodes' ends down until the test stitches them); every namespace
+    deleted at the end, whatever happened."""
+    tag = secrets.token_hex(2)
+    ns = {f"{r}{x}": f"tbtest-{tag}-{r}{x}" for r in "mn" for x in "ab"}
+    try:
+        for name in ns.values():
+            ip("netns", "add", name)
+        ip("link", "add", "u-a", "netns", ns["ma"], "type", "veth", "peer", "u-b",
+           "netns", ns["mb"])  # fmt: skip
+        for x in "ab":
+            m, n = ns[f"m{x}"], ns[f"n{x}"]
+            ip("-n", m, "addr", "add", f"{UNDERLAY[x]}/30", "dev", f"u-{x}")
+            ip("-n", m, "link", "set", f"u-{x}", "up")
+            ip("link", "add", "eth0", "netns", n, "mtu", str(MTU), "type", "veth", "peer",
+               f"p-{x}", "netns", m, "mtu", str(MTU))  # fmt: skip
+            ip("-n", n, "addr", "add", f"{NODES[x]}/24", "dev", "eth0")
+            # one frame per packet, as testbed's exact links (topology.Link): counts compare
+            ip("-n", n, "link", "set", "eth0", "gso_max_segs", "1")
+            for conf in ("all", "default", "eth0"):  # nothing sent but the test's own frames
+                in_ns(n, "sysctl", "-qw", f"net.ipv6.conf.{conf}.disable_ipv6=1")
+            ip("-n", m, "link", "set", f"p-{x}", "up")
+        yield ns
+    finally:
+        for name in ns.values():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_a_cut_link_carries_every_frame_whole_between_two_machines():
+    with two_machines() as ns:
+        for x, peer in (("a", "b"), ("b", "a")):
+            with NetNS(ns[f"m{x}"]) as ipr:
+                (stitch,) = ipr.link_lookup(ifname=f"p-{x}")
+                t = Tunnel(f"vx-{x}", VNI, IPv4Address(UNDERLAY[x]), IPv4Address(UNDERLAY[peer]),
+                           PORT, MTU, stitch)  # fmt: skip
+                build(ipr, t)
+        for x in "ab":  # up once stitched: every frame a node sends goes through
+            ip("-n", ns[f"n{x}"], "link", "set", "eth0", "up")
+        (info,) = json.loads(in_ns(ns["ma"], "ip", "-d", "-j", "link", "show", "vx-a").stdout)
+        data = info["linkinfo"]["info_data"]
+        assert (data["id"], data["port"], data["remote"], data["learning"]) == (
+            VNI, PORT, UNDERLAY["b"], False)  # fmt: skip
+        assert info["mtu"] == MTU
+        # 1422 bytes of ICMP + 28 of headers = the link's 1450, not fragmented (-M do)
+        ping = in_ns(ns["na"], "ping", "-c", "3", "-W", "2", "-M", "do", "-s", "1422", NODES["b"])
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        size = 20_000_000
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns["nb"], "python3", "-c",
+             "import socket\ns=socket.create_server(('0.0.0.0', 5201))\nc,_=s.accept()\nn=0\n"
+             "while (b:=c.recv(1<<16)): n+=len(b)\nprint(n)"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            client = in_ns(ns["na"], "python3", "-c",
+                           "import socket,time\nfor _ in range(50):\n try:\n"
+                           f"  c=socket.create_connection(('{NODES['b']}',5201));break\n"
+                           " except OSError: time.sleep(0.1)\n"
+                           f"c.sendall(bytes({size}));c.close()")  # fmt: skip
+            assert client.returncode == 0, client.stderr
+            out, _ = server.communicate(timeout=60)
+        finally:
+            server.kill()
+        assert int(out) == size
+        a, b = counters(ns["na"], "eth0"), counters(ns["nb"], "eth0")
+        assert (a["tx"], b["tx"]) == (b["rx"], a["rx"]), (a, b)  # none lost, none doubled
+        assert a["tx"] >= size / MTU
+        va, vb = counters(ns["ma"], "vx-a"), counters(ns["mb"], "vx-b")
+        assert (va["tx"], vb["tx"]) == (vb["rx"], va["rx"]) == (a["tx"], b["tx"]), (va, vb)
