@@ -636,3 +636,30 @@ def test_the_report_says_what_to_do_when_a_catching_up_job_stays_behind_its_slot
     text = out.export_text()
     assert f"{share:.0%} of its iterations began on their slot" in text
     assert ("`late: skip` gives late slots up" in text) is hint, text
+
+
+def test_a_job_that_outruns_its_slots_is_warned_of_with_its_figures():
+    """CASSINI's pair (docs/results/interleave/data/cassini-pair, seed 1, packed): job a began
+    none of its 122 iterations on its slot, its median iteration 316 ms against the model's
+    276 ms slot; the warning names both. A job that kept its slots (98 %), or whose median
+    fits its slot, gets none."""
+    import json
+    import tarfile
+    from pathlib import Path
+
+    from testbed.workloads.training.horovod import interleave_outrun
+
+    data = Path(__file__).resolve().parents[2] / "docs/results/interleave/data/cassini-pair"
+    with tarfile.open(data / "001-s1_interleave.tar.xz") as t:
+        member = t.extractfile("001-s1_interleave/summary.json")
+        assert member is not None
+        a = json.loads(member.read())["a"]
+    why = interleave_outrun(a)
+    assert why is not None and why.startswith(
+        "policy interleave kept 0% of its slots: its iterations (316 ms, the median) run "
+        "longer than its slot (276 ms, from the model"
+    ), why
+    kept = {**a, "policy": {**a["policy"], "on_slot_share": 0.98}}
+    fits = {**a, "iteration_time_s": {**a["iteration_time_s"], "p50": 0.270}}
+    assert interleave_outrun(kept) is None and interleave_outrun(fits) is None
+    assert interleave_outrun({"iteration_time_s": {"p50": 1.0}}) is None  # no policy
