@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.core.fields import FieldProblem
+from testbed.core.units import format_rate
 from testbed.scenario.topology import TopologyPlan
 
 SEED = 1  # METIS's own random seed: the same scenario, the same placement
@@ -232,8 +233,6 @@ def _check_gpus(s: Any, t: TopologyPlan, machine_of: dict[str, str]) -> None:
 
 def describe(plan: MachinePlan, time_scale: float = 1.0) -> list[str]:
     """The placement and its cut as lines of text (`testbed validate`)."""
-    from testbed.core.units import format_rate
-
     lines = [f"placement on {len(plan.machines)} machines, {plan.how}:"]
     for name in plan.machines:
         nodes = plan.nodes_on(name)
@@ -254,3 +253,44 @@ def describe(plan: MachinePlan, time_scale: float = 1.0) -> list[str]:
             f"{format_rate(c.rate_bps)}"
         )
     return lines
+
+
+MARGIN = 0.8  # of what the machines' network carried in the probe, the most a cut may ask
+
+
+def cut_demand(plan: MachinePlan) -> dict[tuple[str, str], int]:
+    """Each pair of machines (in name order) → the bit/s, each way, of the links cut between
+    them, in scenario time: every cut link carries its rate in both directions."""
+    out: dict[tuple[str, str], int] = {}
+    for c in plan.cut:
+        pair = (min(c.lower_machine, c.upper_machine), max(c.lower_machine, c.upper_machine))
+        out[pair] = out.get(pair, 0) + c.rate_bps
+    return out
+
+
+def admit(
+    plan: MachinePlan,
+    time_scale: float,
+    probed: dict[tuple[str, str], float],
+    margin: float = MARGIN,
+) -> str | None:
+    """Why the cut does not fit the machines' network (None: it fits). `probed`: bit/s that a
+    few seconds of TCP carried through a tunnel between each pair of machines, each way,
+    keyed (sender, receiver); the cut's demand is its links' rates over `time_scale`, and must
+    stay within `margin` of the slower direction. The link budget's rule, extended to the cut:
+    the one line names the pair, the figures and the whole time_scale that fits."""
+    worst: tuple[float, str] | None = None
+    for (a, b), bps in sorted(cut_demand(plan).items()):
+        carried = min(probed.get((a, b), 0.0), probed.get((b, a), 0.0))
+        need = bps / time_scale
+        if carried <= 0:
+            return f"machines {a} and {b}: no probe of the network between them"
+        k = math.ceil(bps / (margin * carried))
+        if need > margin * carried and (worst is None or k > worst[0]):
+            worst = (k, (
+                f"the links cut between machines {a} and {b} carry {format_rate(need)} each "
+                f"way at time_scale {time_scale:g}, more than {margin:.0%} of the "
+                f"{format_rate(carried)} their network carried in the probe; time_scale: {k} "
+                "fits (or place fewer links across them: machines.place)"
+            ))  # fmt: skip
+    return None if worst is None else worst[1]

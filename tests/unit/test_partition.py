@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from testbed.core.errors import ScenarioError
+from testbed.scenario import partition
 from testbed.scenario.resolve import load_scenario_data, machine_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,3 +161,27 @@ def test_validate_prints_the_placement_and_up_refuses_in_one_line_creating_nothi
         "on this one"
     ]
     assert sorted(x.name for x in tmp_path.iterdir()) == ["m.yaml"]
+
+
+def test_admission_asks_the_cut_to_fit_what_the_machines_network_carried():
+    """The 3-machine leaf-spine above cuts 4 links of 100 Mbit/s: each pair of machines that
+    shares cut links carries their rates each way. With a 1 Gbit/s network (probed at 940
+    Mbit/s one way, 900 the other) every pair fits at time_scale 1; probed at 150 Mbit/s, a
+    pair with two cut links (200 Mbit/s) needs 200 / (0.8 × 150) = 1.67, so time_scale 2."""
+    plan = machine_plan(scenario({"nodes": ["a", "b", "c"]}))
+    demand = partition.cut_demand(plan)
+    assert sorted(demand.values()) in ([100_000_000, 100_000_000, 200_000_000],
+                                       [200_000_000, 200_000_000])  # fmt: skip
+    pairs = {(x, y) for x in "abc" for y in "abc" if x != y}
+    fast = {p: 940e6 if p[0] < p[1] else 900e6 for p in pairs}
+    assert partition.admit(plan, 1.0, fast) is None
+    slow = dict.fromkeys(pairs, 150e6)
+    why = partition.admit(plan, 1.0, slow)
+    assert why is not None and why.endswith(
+        "each way at time_scale 1, more than 80% of the 150mbit their network carried in the "
+        "probe; time_scale: 2 fits (or place fewer links across them: machines.place)"
+    ), why
+    assert partition.admit(plan, 2.0, slow) is None
+    assert partition.admit(plan, 1.0, {}) == (
+        f"machines {min(demand)[0]} and {min(demand)[1]}: no probe of the network between them"
+    )
