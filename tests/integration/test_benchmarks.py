@@ -169,3 +169,12 @@ def test_linkrate(tmp_path):
             fig = doc[mode]["10gbit"][n]
             assert 0 < fig["over_cap"] <= 1448 / 1514 * 1.01, (mode, n, fig)
     assert doc["bare_off"]["one"] > 0 and doc["bare_on"]["one"] > 0
+
+
+def test_tunnel(tmp_path):
+    """A cut link against a local one (issue 76): both paths carry one flow and eight, offloads
+    on and off, and the JSON line has the ratio."""
+    doc = last_json(quick("tunnel", tmp_path), "local", "cut", "cut_over_local")
+    for on in ("on", "off"):
+        for n in ("one", "eight"):
+            assert doc["local"][on][n] > 0 and doc["cut"][on][n] > 0, doc
