@@ -466,6 +466,13 @@ def _console_logging(verbose: bool, quiet: bool = False) -> None:
     help="also write the report as one self-contained HTML file (tables, plots inline, the "
     "scenario or sweep file, warnings) in the (first) folder: report.html",
 )
+@click.option(
+    "--markdown",
+    "as_markdown",
+    is_flag=True,
+    help="with a sweep folder: print its aims' verdicts as a Markdown table only (for a "
+    "results page generated from the data)",
+)
 @_friendly
 def report(
     runs: tuple[Path, ...],
@@ -476,6 +483,7 @@ def report(
     aims: tuple[str, ...],
     sweep_name: str | None,
     as_html: bool,
+    as_markdown: bool = False,
 ) -> None:
     """Summarise RUN folders; with several, compare them against the first (the baseline).
     Given a sweep folder, compare its runs cell by cell and draw the operating-boundary map
@@ -493,6 +501,17 @@ def report(
     if junit is not None:
         raise ScenarioError("--junit: goes with --expect FILE")
 
+    if as_markdown:
+        if len(runs) != 1 or not ag.is_sweep(runs[0]) or as_json or as_html:
+            raise ScenarioError(
+                "--markdown: prints one sweep folder's verdicts; give one sweep folder, "
+                "without --json or --html"
+            )
+        v = ag.verdicts(runs[0], sweep_name, list(aims))
+        if not v["aims"]:
+            raise ScenarioError(f"--markdown: {runs[0]} has no aims to judge: give them with --aim")
+        click.echo(views.verdict_markdown(v), nl=False)
+        return
     if len(runs) == 1 and ag.is_sweep(runs[0]):
         _report_sweep(runs[0], as_json, no_plots, sweep_name, list(aims), as_html)
         return

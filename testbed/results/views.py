@@ -252,24 +252,12 @@ def points_table(doc: dict[str, Any]) -> Table:
     return t
 
 
-def verdict_table(v: dict[str, Any]) -> Table:
-    """A sweep's aims judged (aggregate.verdicts): per cell, value and aim, each seed's paired
-    figure, the mean with its 95 % interval, and the verdict."""
-    from testbed.results.sweep import short_name
-
-    seeds = v.get("seeds") or []
-    until = v.get("until")
-    title = f"aims over {len(seeds)} seed{'s' if len(seeds) != 1 else ''}: paired % change, "
-    title += "mean [95 % t interval]; holds / misses: the whole interval on one side"
-    if until:
-        title += f"; seeds added until decided: stopped ({until['stopped']})"
-    t = Table(title=title)
+def _verdict_rows(v: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The cell axes of a sweep's judged aims, and each judged aim's cells as text: its cell
+    labels, `value` (vs its baseline), `aim`, `per seed`, `mean` [interval], `verdict` and the
+    flagged pairs (one source for the terminal's table and the Markdown one)."""
     axes = list(dict.fromkeys(a for j in v["judged"] for a in j["cell"]))
-    for a in axes:
-        t.add_column(short_name(a))
-    for col in ("value", "aim", "per seed", "mean [interval]", "verdict"):
-        t.add_column(col, justify="left" if col in ("value", "aim", "verdict") else "right")
-    colour = {"holds": "green", "misses": "red", "undecided": "yellow"}
+    rows = []
     for j in v["judged"]:
         per = ", ".join(
             f"{s}: {'–' if x is None else f'{x:+.1f}'}" for s, x in j["per_seed"].items()
@@ -281,13 +269,64 @@ def verdict_table(v: dict[str, Any]) -> Table:
         else:
             lo, hi = j["interval"]
             mean = f"{j['mean']:+.1f} [{lo:+.1f}, {hi:+.1f}]"
-        flags = "".join(f"\n  seed {f['seed']}: {f['why']}" for f in j.get("flagged_pairs", []))
-        t.add_row(
-            *(j["cell"].get(a, "–") for a in axes),
-            f"{j['value']} vs {j['baseline']}",
-            j["aim"],
-            per,
-            mean,
-            f"[{colour[j['verdict']]}]{j['text']}[/]{flags}",
-        )
+        rows.append({
+            "cells": [j["cell"].get(a, "–") for a in axes],
+            "value": f"{j['value']} vs {j['baseline']}",
+            "aim": j["aim"],
+            "per seed": per,
+            "mean": mean,
+            "verdict": j["verdict"],
+            "text": j["text"],
+            "flags": [f"seed {f['seed']}: {f['why']}" for f in j.get("flagged_pairs", [])],
+        })  # fmt: skip
+    return axes, rows
+
+
+def _verdict_title(v: dict[str, Any]) -> str:
+    seeds = v.get("seeds") or []
+    until = v.get("until")
+    title = f"aims over {len(seeds)} seed{'s' if len(seeds) != 1 else ''}: paired % change, "
+    title += "mean [95 % t interval]; holds / misses: the whole interval on one side"
+    if until:
+        title += f"; seeds added until decided: stopped ({until['stopped']})"
+    return title
+
+
+def verdict_table(v: dict[str, Any]) -> Table:
+    """A sweep's aims judged (aggregate.verdicts): per cell, value and aim, each seed's paired
+    figure, the mean with its 95 % interval, and the verdict."""
+    from testbed.results.sweep import short_name
+
+    t = Table(title=_verdict_title(v))
+    axes, rows = _verdict_rows(v)
+    for a in axes:
+        t.add_column(short_name(a))
+    for col in ("value", "aim", "per seed", "mean [interval]", "verdict"):
+        t.add_column(col, justify="left" if col in ("value", "aim", "verdict") else "right")
+    colour = {"holds": "green", "misses": "red", "undecided": "yellow"}
+    for r in rows:
+        flags = "".join(f"\n  {f}" for f in r["flags"])
+        t.add_row(*r["cells"], r["value"], r["aim"], r["per seed"], r["mean"],
+                  f"[{colour[r['verdict']]}]{r['text']}[/]{flags}")  # fmt: skip
     return t
+
+
+def verdict_markdown(v: dict[str, Any]) -> str:
+    """The same table in Markdown, for a results page generated from the data (`testbed
+    report DIR --markdown`): a flagged pair's reason goes in the verdict's cell."""
+    from testbed.results.sweep import short_name
+
+    axes, rows = _verdict_rows(v)
+    head = [*(short_name(a) for a in axes), "value", "aim", "per seed", "mean [95 % interval]",
+            "verdict"]  # fmt: skip
+
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = [f"{_verdict_title(v)}.", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]  # fmt: skip
+    for r in rows:
+        verdict = r["text"] + "".join(f"; {f}" for f in r["flags"])
+        cells = [*r["cells"], r["value"], r["aim"], r["per seed"], r["mean"], verdict]
+        lines.append("| " + " | ".join(esc(str(c)) for c in cells) + " |")
+    return "\n".join(lines) + "\n"

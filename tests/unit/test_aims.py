@@ -161,6 +161,21 @@ def test_a_pair_started_hours_apart_is_flagged_in_sweep_csv_and_the_verdict(tmp_
     assert r.returncode == 0, r.stderr
     assert "holds (1 flagged pair)" in r.stdout and "started 2.0 h apart" in r.stdout
     assert "+20.0 [-4.8, +44.8]" in r.stdout
+    md = subprocess.run([sys.executable, "-m", "testbed.cli", "report", str(out), "--markdown"],
+                        capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert md.returncode == 0, md.stderr
+    lines = md.stdout.splitlines()
+    assert lines[2:4] == [
+        "| value | aim | per seed | mean [95 % interval] | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    (row,) = lines[4:]
+    assert row.startswith("| low vs same | horovod.iteration_time_s.mean change <= 50% (low) | 1:")
+    assert row.endswith("| +20.0 [-4.8, +44.8] | holds (1 flagged pair); seed 2: low: started 2.0 h "
+                        "apart |")  # fmt: skip
+    bad = subprocess.run([sys.executable, "-m", "testbed.cli", "report", str(tmp_path),
+                          "--markdown"], capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--markdown:" in bad.stderr
 
 
 def test_pair_flags_by_hand():
