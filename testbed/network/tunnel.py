@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any
 
-from pyroute2 import protocols
-
-from testbed.network.shaping.apply import CLSACT_INGRESS
+from testbed.network.shaping.apply import tc_call
+from testbed.network.shaping.plan import Clsact, Redirect
 
 
 @dataclass(frozen=True)
@@ -58,17 +57,6 @@ def build(ipr: Any, t: Tunnel) -> int:
     (index,) = ipr.link_lookup(ifname=t.name)
     ipr.link("set", index=index, state="up")
     for src, dst in ((t.stitch, index), (index, t.stitch)):
-        ipr.tc("add", "clsact", index=src)
-        ipr.tc(
-            "add-filter",
-            "u32",
-            index=src,
-            parent=CLSACT_INGRESS,
-            prio=1,
-            protocol=protocols.ETH_P_ALL,
-            keys=["0x0/0x0+0"],  # every frame
-            target=0,
-            action={"kind": "mirred", "direction": "egress", "action": "redirect",
-                    "ifindex": dst},
-        )  # fmt: skip
+        tc_call(ipr, src, Clsact())
+        tc_call(ipr, src, Redirect(dst, hook="ingress"))
     return int(index)

@@ -92,7 +92,7 @@ def tc_call(ipr: IPRoute, index: int, obj: TcObject) -> None:
                 "add-filter",
                 "u32",
                 index=index,
-                parent=CLSACT_EGRESS,
+                parent=CLSACT_EGRESS if obj.hook == "egress" else CLSACT_INGRESS,
                 prio=1,
                 protocol=protocols.ETH_P_ALL,
                 keys=["0x0/0x0+0"],  # every packet

@@ -59,6 +59,7 @@ stops accepting it without a warning.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from testbed.core.profile import TcProfile
 from testbed.scenario.topology import LinkEnd
@@ -148,9 +149,11 @@ class Clsact:
 class Redirect:
     """A u32 filter on the clsact egress hook that matches every packet and hands it to the
     egress of interface `target` (mirred): the clone it hands on belongs to no socket (at
-    egress mirred always clones; at ingress it passes the packet itself on, socket and all)."""
+    egress mirred always clones; at ingress it passes the packet itself on, socket and all).
+    On the ingress hook (`hook`), a cut link's stitch (network/tunnel.py)."""
 
     target: int  # interface index, in the same namespace
+    hook: Literal["egress", "ingress"] = "egress"
 
 
 @dataclass(frozen=True)
