@@ -25,7 +25,7 @@ from typing import Any
 
 from testbed.core.fields import FieldProblem
 from testbed.core.units import format_rate
-from testbed.scenario.topology import TopologyPlan
+from testbed.scenario.topology import TopologyPlan, name_of
 
 SEED = 1  # METIS's own random seed: the same scenario, the same placement
 EXHAUSTIVE = 8  # parts up to which every matching of parts to machines is tried
@@ -294,3 +294,62 @@ def admit(
                 "fits (or place fewer links across them: machines.place)"
             ))  # fmt: skip
     return None if worst is None else worst[1]
+
+
+VNI_LINKS = 1024  # cut links a run may have: a run's VNIs are a block of this many
+
+
+@dataclass(frozen=True)
+class Half:
+    """A cut link's end on one machine: the link's own veth with its far end in the
+    machine's root namespace (`stitch`), stitched to a VXLAN device (`tunnel`) toward `peer`."""
+
+    link: str
+    end: str  # "a" (the lower node's) or "b" (the upper's)
+    node: str  # the node on this machine
+    peer: str  # the machine of the other end
+    vni: int
+    tunnel: str
+    stitch: str
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one machine builds of a run: its nodes, the links with both ends on it, and its
+    halves of the cut ones."""
+
+    machine: str
+    nodes: tuple[str, ...]
+    links: tuple[str, ...]
+    halves: tuple[Half, ...]
+
+
+def vni(run_id: str, n: int) -> int:
+    """The VXLAN network identifier of run `run_id`'s cut link number `n` (1-based): a block
+    of VNI_LINKS per run, one of the 16,383 that fit in 24 bits above block 0, chosen by the
+    run id, so that two runs on the same machines rarely meet (when they do, the second's
+    device is refused, EEXIST, and the run fails in one line before it starts)."""
+    if not 1 <= n < VNI_LINKS:
+        raise ValueError(f"cut link number {n} is outside 1 … {VNI_LINKS - 1}")
+    blocks = 2**24 // VNI_LINKS - 1  # block 0 left out: VNI 0 … 1023 stay the user's
+    return (int(run_id, 16) % blocks + 1) * VNI_LINKS + n
+
+
+def parts(t: TopologyPlan, plan: MachinePlan) -> dict[str, Part]:
+    """Each machine's part of topology `t` placed by `plan`. A cut link is numbered by its
+    place in `t.links` (1-based), which names its devices and its VNI on both machines."""
+    halves: dict[str, list[Half]] = {m: [] for m in plan.machines}
+    links: dict[str, list[str]] = {m: [] for m in plan.machines}
+    for n, lk in enumerate(t.links, start=1):
+        at_a, at_b = plan.machine_of[lk.a.node], plan.machine_of[lk.b.node]
+        if at_a == at_b:
+            links[at_a].append(lk.name)
+            continue
+        names = {"vni": vni(t.run_id, n), "tunnel": name_of("tunnel", t.run_id, n),
+                 "stitch": name_of("tunnel stitch", t.run_id, n)}  # fmt: skip
+        halves[at_a].append(Half(lk.name, "a", lk.a.node, at_b, **names))
+        halves[at_b].append(Half(lk.name, "b", lk.b.node, at_a, **names))
+    return {
+        m: Part(m, tuple(plan.nodes_on(m)), tuple(links[m]), tuple(halves[m]))
+        for m in plan.machines
+    }

@@ -284,6 +284,10 @@ NETNS_NAMES = {
 ROOT_LINK_NAMES = {  # interfaces in the root namespace
     "management bridge": "tb{id}",
     "management veth": "tb{id}m{n}",  # a host's management veth, its root end
+    # a link cut across machines (scenario/partition.py), {n} its number: its VXLAN device
+    # and the root end of the veth stitched to it (network/tunnel.py)
+    "tunnel": "tb{id}v{n}",
+    "tunnel stitch": "tb{id}c{n}",
 }
 RUN_PREFIX = "tb-{id}-"  # the start of every namespace of a run (tests/unit/test_topology.py)
 _TEMPLATES = {**NETNS_NAMES, **ROOT_LINK_NAMES}

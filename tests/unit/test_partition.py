@@ -185,3 +185,32 @@ def test_admission_asks_the_cut_to_fit_what_the_machines_network_carried():
     assert partition.admit(plan, 1.0, {}) == (
         f"machines {min(demand)[0]} and {min(demand)[1]}: no probe of the network between them"
     )
+
+
+def test_each_machine_builds_its_nodes_its_links_and_its_halves_of_the_cut():
+    """The single ToR split of above (sw and h4 on a, h1 and h2 on b, h3 on c): a keeps h4's
+    link whole and holds the switch ends of the three cut ones, b and c their host ends. Cut
+    link n (its place among the links, 1-based) has the same VNI and device names on both
+    sides: run 000000's block starts at 1024, so h1's link is VNI 1025, tb000000v1 /
+    tb000000c1."""
+    from testbed.scenario.topology import build_plan, parse_name
+
+    s = scenario({"nodes": ["a", "b", "c"], "place": {"sw": "a", "h1": "b", "h2": "b", "h3": "c"}},
+                 topology={"hosts": 4, "link_rate": "1gbit"})  # fmt: skip
+    t = build_plan(s, "000000")
+    got = partition.parts(t, machine_plan(s))
+    assert (got["a"].nodes, got["a"].links) == (("sw", "h4"), ("h4",))
+    assert [(h.link, h.end, h.node, h.peer, h.vni) for h in got["a"].halves] == [
+        ("h1", "b", "sw", "b", 1025), ("h2", "b", "sw", "b", 1026), ("h3", "b", "sw", "c", 1027)]  # fmt: skip
+    assert [(h.link, h.end, h.node, h.peer) for h in got["b"].halves] == [
+        ("h1", "a", "h1", "a"), ("h2", "a", "h2", "a")]  # fmt: skip
+    assert (got["c"].nodes, got["c"].links) == (("h3",), ())
+    (h3,) = got["c"].halves
+    assert (h3.vni, h3.tunnel, h3.stitch) == (1027, "tb000000v3", "tb000000c3")
+    # `testbed down` knows them by name after a kill -9, as every root interface of a run
+    assert parse_name("link", h3.tunnel) == ("tunnel", {"id": "000000", "n": "3"})
+    assert parse_name("link", h3.stitch) == ("tunnel stitch", {"id": "000000", "n": "3"})
+    assert partition.vni("003ffe", 1023) == 2**24 - 1  # the last block's last: 24 bits
+    assert partition.vni("003fff", 1) == 1025  # the blocks wrap round, past block 0
+    with pytest.raises(ValueError):
+        partition.vni("000000", 1024)
