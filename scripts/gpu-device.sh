@@ -8,7 +8,9 @@
 #   then, with the device tool (timeout_s 590; about 7 minutes, the machine's start on top):
 #     run  command: bash scripts/gpu-device.sh check all      carry: [".gpu-carry"]
 #   `check ddp`, `check horovod` (with the anchor beside its build), `check anchor`,
-#   `check extras`, `check links` (benchmarks/linkrate.py and NCCL through each link_mode) and
+#   `check extras`, `check policies` (examples/gpu-real-policies.yaml: static against adaptive on
+#   the real model, its compute measured there first), `check links` (benchmarks/linkrate.py
+#   and NCCL through each link_mode) and
 #   `check nccl-link` (benchmarks/nccl_link.py: NCCL's ranks alone through each path) run one
 #   part each.
 #
@@ -300,6 +302,43 @@ check_extras() {
   return $rc
 }
 
+check_policies() {
+  # examples/gpu-real-policies.yaml (issue 75): the real model on the GPUs, static once to
+  # measure its compute there, then static against adaptive, paired over 3 seeds with that
+  # compute stated (adaptive's deadline is computed from it)
+  echo "== policies: examples/gpu-real-policies.yaml, static then the paired sweep"
+  local rc=0 tb compute
+  tb="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/testbed"
+  rm -rf /tmp/gpu-runs/policies-measure /tmp/gpu-runs/policies
+  step 60 "$tb" up examples/gpu-real-policies.yaml --out /tmp/gpu-runs/policies-measure \
+    --no-plots > "$REC/policies-measure.txt" 2>&1 || { tail -n 25 "$REC/policies-measure.txt"; return 1; }
+  compute=$(python3 - /tmp/gpu-runs/policies-measure/summary.json <<'EOP'
+import json, sys
+print(f"{json.load(open(sys.argv[1]))['horovod']['compute_s_mean'] * 1e3:.1f}ms")
+EOP
+) || return 1
+  echo "measured compute (forward and backward) on this GPU: $compute"
+  cat > /tmp/gpu-real-policies-sweep.yaml <<EOS
+name: gpu-real-policies
+base: $here/examples/gpu-real-policies.yaml
+set: {workloads.horovod.compute_time: $compute}
+paired:
+  scheme:
+    static: {workloads.horovod.policy: static}
+    adaptive: {workloads.horovod.policy: {kind: adaptive, budget: 10%, to: high}}
+seeds: [1, 2, 3]
+compare: {axis: scheme, baseline: static}
+aims:
+  - horovod.iteration_time_s.mean change < 0% (adaptive)
+  - websearch.fct_s.small.mean change <= 10% (adaptive)
+EOS
+  cp /tmp/gpu-real-policies-sweep.yaml "$REC/"
+  step 240 "$tb" sweep /tmp/gpu-real-policies-sweep.yaml --out /tmp/gpu-runs/policies \
+    > "$REC/policies.txt" 2>&1 || rc=1
+  tail -n 40 "$REC/policies.txt"
+  return $rc
+}
+
 check_all() {
   # the Horovod build (CPU only) runs beside the DDP tests and the anchor; the benchmark waits
   local rc=0
@@ -331,11 +370,12 @@ case "${1:-}" in
                  check_horovod /tmp/horovod-wheel || rc=$? ;;
         anchor) check_anchor || rc=$? ;;
         extras) check_extras || rc=$? ;;
+        policies) check_policies || rc=$? ;;
         links) check_links || rc=$? ;;
         nccl) check_nccl || rc=$? ;;
         nccl-link) check_nccl_link || rc=$? ;;
         all) check_all || rc=$? ;;
-        *) die "check what? ddp, horovod, anchor, extras, links, nccl, nccl-link or all" ;;
+        *) die "check what? ddp, horovod, anchor, extras, policies, links, nccl, nccl-link or all" ;;
       esac
       echo "== check $what: rc $rc, ${SECONDS}s"
       exit $rc
