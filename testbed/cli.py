@@ -132,7 +132,7 @@ def predict(scenario: str, as_json: bool) -> None:
         if kind.predictable is not None and not kind.predictable(w):
             notes.append(
                 f"{name}: no prediction (a real job is predicted from the compute it states: "
-                "give it compute_time)"
+                "give it compute_time or compute_to_network_ratio)"
             )
             continue
         try:
@@ -142,7 +142,8 @@ def predict(scenario: str, as_json: bool) -> None:
     if not preds:
         raise ScenarioError(
             f"{scenario}: workloads: nothing to predict (the model predicts training jobs: "
-            "synthetic, or real with compute_time)" + (f"; {'; '.join(notes)}" if notes else "")
+            "synthetic, or real with its compute stated)"
+            + (f"; {'; '.join(notes)}" if notes else "")
         )
     if as_json:
         docs = {name: p for name, (_, p) in preds.items()}
@@ -693,7 +694,7 @@ def sweep(
         except ValueError as e:
             raise ScenarioError(f"--budget {budget}: {e} (e.g. 6h or 90min)") from None
     points = sw.expand(spec, sweep_file)
-    for p in points[:1]:  # every point has the base's machines: section, or none
+    for p in points:  # an axis may add a machines: section to some points only
         _refuse_machines(p.scenario, str(sweep_file))
     if planned:  # every seed the plan may add must resolve before the first run
         sw.expand(spec, sweep_file, spec.all_seeds())

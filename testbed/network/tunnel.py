@@ -10,7 +10,7 @@ other's egress. Redirect, not mirror: a mirror-and-pass duplicated every frame i
 containerlab until it moved to redirect (srl-labs/containerlab PR #3083). The VXLAN device
 has one remote (its peer machine), learning off, a UDP port of the scenario's (not 4789,
 Docker's overlay), and the emulated link's MTU, which must fit under the machines' own less
-50 bytes (machines.py refuses one that does not).
+50 bytes (the scenario's check refuses one that does not: schema.py, `_underlay`).
 
 Pure data (`Tunnel`) and one function that builds it through pyroute2, in the namespace
 given (the machine's root namespace in a run; a namespace per emulated machine in the tests).

@@ -161,7 +161,8 @@ def predictable(s: Any) -> dict[str, str]:
             out[name] = f"{name} ({w.kind}) has no model to predict it"
         elif kind.predictable is not None and not kind.predictable(w):
             out[name] = (
-                f"{name}: a real job is predicted from the compute it states (give it compute_time)"
+                f"{name}: a real job is predicted from the compute it states (give it "
+                "compute_time or compute_to_network_ratio)"
             )
         else:
             out[name] = ""

@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_v
 
 from testbed.core.fields import STRICT, FieldProblem
 
-VXLAN_OVERHEAD = 50  # bytes: outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+VXLAN_OVERHEAD = 50  # bytes: outer IPv4 20 + UDP 8 + VXLAN 8 + the inner Ethernet header 14
 DOCKER_VXLAN_PORT = 4789  # Docker overlay networks' (and the IANA) VXLAN port
 
 

@@ -28,7 +28,8 @@ from testbed.core.units import format_rate
 from testbed.scenario.topology import TopologyPlan, name_of
 
 SEED = 1  # METIS's own random seed: the same scenario, the same placement
-EXHAUSTIVE = 8  # parts up to which every matching of parts to machines is tried
+VNI_LINKS = 1024  # a run's VNIs are a block of this many: at most VNI_LINKS - 1 cut links
+EXHAUSTIVE = 50_000  # matchings of parts to machines up to which every one is tried
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ def _edges(t: TopologyPlan, vertex_of: dict[str, int]) -> dict[tuple[int, int], 
 
 
 def _metis(n_parts: int, vertices: list[_Vertex], edges: dict[tuple[int, int], int]) -> list[int]:
-    """Each vertex's part, from METIS (k-way, its own seed fixed)."""
+    """Each vertex's part, from METIS (pymetis' part_graph: recursive bisection up to 8 parts,
+    k-way above; its own seed fixed)."""
     if n_parts == 1:
         return [0] * len(vertices)
     import pymetis
@@ -146,26 +148,35 @@ def _metis(n_parts: int, vertices: list[_Vertex], edges: dict[tuple[int, int], i
 
 def _match(parts: list[int], vertices: list[_Vertex], s: Any) -> dict[int, str]:
     """The machine of each part: the matching that keeps most pins, then most GPU hosts on
-    machines with GPUs, then the machines' order (every one is tried up to EXHAUSTIVE
-    parts; above that, greedily in part order)."""
+    machines with GPUs, then the machines' order. Every matching is tried while there are at
+    most EXHAUSTIVE of them (12 machines over 4 parts: 11,880); past that, part by part, the
+    part with the most at stake first, each taking the free machine it scores best on."""
     m = s.machines
     names = m.names()
     used = sorted(set(parts))
 
-    def score(choice: tuple[str, ...]) -> tuple[int, int]:
-        at = dict(zip(used, choice, strict=True))
-        pins = sum(v.pin == at[p] for v, p in zip(vertices, parts, strict=True) if v.pin)
-        gpus = sum(m.gpus_of(at[p]) > 0 for v, p in zip(vertices, parts, strict=True) if v.gpu)
-        return pins, gpus
+    table = {}  # (part, machine) → (pins kept, GPU hosts on GPUs) if the part goes there
+    for p in used:
+        mine = [v for v, q in zip(vertices, parts, strict=True) if q == p]
+        for x in names:
+            table[p, x] = (sum(v.pin == x for v in mine if v.pin),
+                           sum(m.gpus_of(x) > 0 for v in mine if v.gpu))  # fmt: skip
 
-    if len(used) <= EXHAUSTIVE:
+    def gain(p: int, machine: str) -> tuple[int, int]:
+        return table[p, machine]
+
+    def score(choice: tuple[str, ...]) -> tuple[int, int]:
+        gains = [table[p, x] for p, x in zip(used, choice, strict=True)]
+        return sum(g[0] for g in gains), sum(g[1] for g in gains)
+
+    if math.perm(len(names), len(used)) <= EXHAUSTIVE:
         best = max(itertools.permutations(names, len(used)), key=score)  # first best wins
         return dict(zip(used, best, strict=True))
     out: dict[int, str] = {}
     free = list(names)
-    for p in used:
-        pins = [v.pin for v, q in zip(vertices, parts, strict=True) if q == p and v.pin]
-        pick = next((x for x in pins if x in free), free[0])
+    stake = {p: max(gain(p, x) for x in names) for p in used}
+    for p in sorted(used, key=lambda q: (-stake[q][0], -stake[q][1], q)):
+        pick = max(free, key=lambda x: gain(p, x))  # the first best, in the machines' order
         out[p] = pick
         free.remove(pick)
     return out
@@ -179,8 +190,13 @@ def place(s: Any, t: TopologyPlan) -> MachinePlan:
     vertex_of = {n: i for i, v in enumerate(vertices) for n in v.nodes}
     edges = _edges(t, vertex_of)
     free = [v for v in vertices if v.pin is None]
-    n_parts = max(1, min(len(m.nodes), len(vertices)))
+    # METIS gives up (every vertex in one part) when asked for as many parts as vertices:
+    # one part fewer then, and fewer still while it returns a single part
+    n_parts = max(1, min(len(m.nodes), len(vertices) - 1))
     parts = _metis(n_parts, vertices, edges)
+    while n_parts > 2 and len(set(parts)) == 1:
+        n_parts -= 1
+        parts = _metis(n_parts, vertices, edges)
     at = _match(parts, vertices, s)
     machine_of = {}
     for v, p in zip(vertices, parts, strict=True):
@@ -193,6 +209,12 @@ def place(s: Any, t: TopologyPlan) -> MachinePlan:
         for lk in t.links
         if machine_of[lk.a.node] != machine_of[lk.b.node]
     )  # fmt: skip
+    if len(cut) >= VNI_LINKS:
+        raise FieldProblem(
+            ("machines",),
+            f"the placement cuts {len(cut)} links, and a run's tunnels have {VNI_LINKS - 1} "
+            "network identifiers; pin switches with their hosts (machines.place) to cut fewer",
+        )
     if len(m.nodes) == 1:
         how = "one machine"
     elif len(vertices) == 1:
@@ -296,9 +318,6 @@ def admit(
     return None if worst is None else worst[1]
 
 
-VNI_LINKS = 1024  # cut links a run may have: a run's VNIs are a block of this many
-
-
 @dataclass(frozen=True)
 class Half:
     """A cut link's end on one machine: the link's own veth with its far end in the
@@ -337,14 +356,17 @@ def vni(run_id: str, n: int) -> int:
 
 def parts(t: TopologyPlan, plan: MachinePlan) -> dict[str, Part]:
     """Each machine's part of topology `t` placed by `plan`. A cut link is numbered by its
-    place in `t.links` (1-based), which names its devices and its VNI on both machines."""
+    place among the cut ones (1-based, in `t.links`' order), which names its devices and its
+    VNI on both machines."""
     halves: dict[str, list[Half]] = {m: [] for m in plan.machines}
     links: dict[str, list[str]] = {m: [] for m in plan.machines}
-    for n, lk in enumerate(t.links, start=1):
+    n = 0
+    for lk in t.links:
         at_a, at_b = plan.machine_of[lk.a.node], plan.machine_of[lk.b.node]
         if at_a == at_b:
             links[at_a].append(lk.name)
             continue
+        n += 1
         names = {"vni": vni(t.run_id, n), "tunnel": name_of("tunnel", t.run_id, n),
                  "stitch": name_of("tunnel stitch", t.run_id, n)}  # fmt: skip
         halves[at_a].append(Half(lk.name, "a", lk.a.node, at_b, **names))

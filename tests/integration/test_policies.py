@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import time
 
 import pytest
@@ -416,6 +417,8 @@ def test_interleaved_real_jobs_begin_each_iteration_on_its_planned_slot(tmp_path
     model's layers (the unit tests hold it by hand); every rank's pace log shows each
     iteration on its own slot, in order, none begun before its time, the slot's time the
     plan's, and the two jobs' offsets apart by the plan's half-period share."""
+    from testbed.workloads.training.policies.interleave import ON_SLOT
+
     job = {"kind": "torch-ddp", "mode": "real", "real_model": "small-cnn",
            "compute_time": "300ms", "policy": "interleave"}  # fmt: skip
     out = tmp_path / "run"
@@ -429,6 +432,7 @@ def test_interleaved_real_jobs_begin_each_iteration_on_its_planned_slot(tmp_path
     })  # fmt: skip
     assert s["status"] == "ok", s.get("error")
     t0 = json.loads((out / "a" / "go.json").read_text())["t0"]
+    lateness: dict[str, list[float]] = {}
     for name in ("a", "b"):
         h, p = s[name], s[name]["policy"]
         assert (p["kind"], p["jobs"], p["planned_overlap_s"], p["late"]) == (
@@ -439,7 +443,8 @@ def test_interleaved_real_jobs_begin_each_iteration_on_its_planned_slot(tmp_path
             done = list(csv.DictReader((out / name / f"iterations-{host}.csv").open()))
             assert len(paced) == len(done) >= h["iterations"], (name, host)
             slots = [int(r["slot"]) for r in paced]
-            assert slots == sorted(set(slots)), (name, host, slots)
+            assert slots == list(range(len(slots))), (name, host, slots)  # catch-up skips none
+            lateness.setdefault(name, []).extend(float(r["late_s"]) for r in paced)
             for k, pace in enumerate(paced):
                 began, slot_time = float(pace["began"]), float(pace["slot_time"])
                 assert began >= slot_time - 1e-5, (name, host, k, pace)
@@ -447,6 +452,12 @@ def test_interleaved_real_jobs_begin_each_iteration_on_its_planned_slot(tmp_path
                     t0 + p["period_s"] + p["offset_s"] + int(pace["slot"]) * p["slot_s"],
                     abs=1e-5,
                 ), (name, host, k, pace)
+        # an iteration takes a fraction of its slot (the CNN's compute, far under the 300 ms
+        # stated, and its 8.75 ms ring), so it begins on its slot: the median lateness over
+        # every rank's slots (the first, which builds DDP's buckets, may run over) is a time,
+        # excused only as far as the run's steal explains it
+        late = statistics.median(lateness[name]) / s["time_scale"]
+        time_at_most(late, ON_SLOT * p["slot_s"], s, f"{name}'s median start after its slot")
     a, b = s["a"]["policy"], s["b"]["policy"]
     half = (a["period_s"] - a["network_s"] - b["network_s"]) / 2 + a["network_s"]
     apart = (b["offset_s"] - a["offset_s"]) % a["period_s"]

@@ -44,6 +44,8 @@ def two_machines() -> Iterator[dict[str, str]]:
     try:
         for name in ns.values():
             ip("netns", "add", name)
+            for conf in ("all", "default"):  # nothing sent but the test's own frames
+                in_ns(name, "sysctl", "-qw", f"net.ipv6.conf.{conf}.disable_ipv6=1")
         ip("link", "add", "u-a", "netns", ns["ma"], "type", "veth", "peer", "u-b",
            "netns", ns["mb"])  # fmt: skip
         for x in "ab":
@@ -55,8 +57,6 @@ def two_machines() -> Iterator[dict[str, str]]:
             ip("-n", n, "addr", "add", f"{NODES[x]}/24", "dev", "eth0")
             # one frame per packet, as testbed's exact links (topology.Link): counts compare
             ip("-n", n, "link", "set", "eth0", "gso_max_segs", "1")
-            for conf in ("all", "default", "eth0"):  # nothing sent but the test's own frames
-                in_ns(n, "sysctl", "-qw", f"net.ipv6.conf.{conf}.disable_ipv6=1")
             ip("-n", m, "link", "set", f"p-{x}", "up")
         yield ns
     finally:

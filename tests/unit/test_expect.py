@@ -116,7 +116,7 @@ def test_predicted_needs_a_synthetic_job_or_a_real_one_with_its_compute():
     with pytest.raises(
         ScenarioError,
         match=r"expect\[0\]: 'predicted': horovod: a real job is predicted from the compute it "
-        r"states \(give it compute_time\)",
+        r"states \(give it compute_time or compute_to_network_ratio\)",
     ):
         load_scenario_data(data, "s.yaml")
     stated = {"horovod": {"mode": "real", "compute_time": "300ms"}}

@@ -320,8 +320,8 @@ def test_report_of_a_sweep_that_compares_nothing_lists_its_points(tmp_path):
 
 
 def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
-    """topology.link_mode, tcp_recovery, tcp_idle_restart, tcp_rto_initial and the tc profile's shared_limit
-    and host_limit came after sweeps had run: at their defaults (what every run did before), a
+    """topology.link_mode, tcp_recovery, tcp_idle_restart, tcp_rto_initial, the tc profile's shared_limit
+    and host_limit, and machines came after sweeps had run: at their defaults (what every run did before), a
     point's identity is the hash of the scenario without them, as it was then."""
     import hashlib
 
@@ -335,6 +335,7 @@ def test_a_field_added_later_keeps_finished_points_finished_at_its_default():
     assert data["topology"].pop("tcp_rto_initial") is None
     assert data["tc_profile"].pop("shared_limit") is None
     assert data["tc_profile"].pop("host_limit") is None
+    assert data.pop("machines") is None
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert sw.identity_of(s) == before
     assert sw.identity_of(with_overrides(s, {"topology.link_mode": "fast"})) != before
@@ -378,6 +379,7 @@ def test_a_training_policy_at_its_default_keeps_finished_points_finished():
     for k in ("link_mode", "tcp_recovery", "tcp_idle_restart", "tcp_rto_initial"):
         del data["topology"][k]
     del data["tc_profile"]["shared_limit"], data["tc_profile"]["host_limit"]
+    assert data.pop("machines") is None
     assert data["workloads"]["horovod"].pop("policy") == {"kind": "static"}
     assert data["workloads"]["horovod"].pop("real_model") is None
     web = data["workloads"]["websearch"]

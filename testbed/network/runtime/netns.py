@@ -293,6 +293,11 @@ def _remove(
     return problems
 
 
+# a stray root interface's kind by its role (topology.ROOT_LINK_NAMES); a veth goes with its
+# namespace, so _remove waits for veths only
+STRAY_TYPES = {"management bridge": "bridge", "tunnel": "vxlan"}
+
+
 def strays() -> dict[str | None, list[str]]:
     """Namespaces and root-namespace interfaces named as testbed names them (topology's
     NETNS_NAMES, ROOT_LINK_NAMES) whose run has no state file, as after kill -9 of `up` and
@@ -323,7 +328,7 @@ def remove_strays(run_id: str | None, names: Sequence[str]) -> list[str]:
     while the run still has no state file (a run of that id may have been claimed since)."""
     namespaces = [n for n in names if parse_name("netns", n) is not None]
     links = [
-        {"name": n, "type": "bridge" if named[0] == "management bridge" else "veth"}
+        {"name": n, "type": STRAY_TYPES.get(named[0], "veth")}
         for n in names
         if (named := parse_name("link", n)) is not None
     ]

@@ -147,10 +147,10 @@ class Clsact:
 
 @dataclass(frozen=True)
 class Redirect:
-    """A u32 filter on the clsact egress hook that matches every packet and hands it to the
-    egress of interface `target` (mirred): the clone it hands on belongs to no socket (at
-    egress mirred always clones; at ingress it passes the packet itself on, socket and all).
-    On the ingress hook (`hook`), a cut link's stitch (network/tunnel.py)."""
+    """A u32 filter on a clsact hook (`hook`: egress, a host's uplink queue; ingress, a cut
+    link's stitch, network/tunnel.py) that matches every packet and hands it to the egress of
+    interface `target` (mirred): the clone it hands on belongs to no socket (at egress mirred
+    always clones; at ingress it passes the packet itself on, socket and all)."""
 
     target: int  # interface index, in the same namespace
     hook: Literal["egress", "ingress"] = "egress"

@@ -612,7 +612,11 @@ for _kind, _config, _doc, _summary in (
             record_durations=("duration_s", "compute_s", "wait_s"),
             preflight="testbed.workloads.training.gpus:preflight",
             predict="testbed.workloads.training.model.predict:for_instance",
-            predictable=lambda w: w.mode == "synthetic" or w.compute_time is not None,
+            predictable=lambda w: (
+                w.mode == "synthetic"
+                or w.compute_time is not None
+                or w.compute_to_network_ratio is not None
+            ),
             devices="testbed.workloads.training.gpus:devices",
             binaries=("iptables",),
             default_class="default",
