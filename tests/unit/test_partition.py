@@ -26,7 +26,7 @@ def scenario(machines, topology=None, workloads=None, **top):
         "name": "m",
         "topology": topology or LEAF_SPINE,
         "machines": machines,
-        "workloads": workloads if workloads is not None else {"web": {"utilization": "10%"}},
+        "workloads": workloads if workloads is not None else {"websearch": {"utilization": "10%"}},
         **top,
     }
     return load_scenario_data(data, "m.yaml")
@@ -160,7 +160,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_validate_prints_the_placement_and_up_refuses_in_one_line_creating_nothing(tmp_path):
     data = {"name": "m", "topology": LEAF_SPINE, "machines": {"nodes": ["a", "b", "c"]},
-            "workloads": {"web": {"utilization": "10%"}}}  # fmt: skip
+            "workloads": {"websearch": {"utilization": "10%"}}}  # fmt: skip
     p = tmp_path / "m.yaml"
     p.write_text(yaml.safe_dump(data))
     r = _cli("validate", str(p), cwd=tmp_path)

@@ -9,7 +9,7 @@ from testbed.workloads.websearch.controller import Websearch
 
 def controller(cls, name):
     c = cls.__new__(cls)
-    c.name = name
+    c.name, c.time_scale = name, 1.0
     return c
 
 

@@ -45,9 +45,14 @@ def test_static_is_the_default_and_adaptive_takes_its_defaults_by_name():
         ({"kind": "adaptive", "to": "gold"}, {}, "policy.to: 'gold' is not a class"),
         ({"kind": "adaptive", "to": "low"}, {}, "'low' is not above the job's own class"),
         (
-            {"kind": "interleave"},
+            {"kind": "interleave", "late": "hold"},
             {"mode": "real", "model_size": None},
-            "policy interleave needs mode: synthetic",
+            "workloads.horovod.policy.late: late: hold needs mode: synthetic",
+        ),
+        (
+            {"kind": "interleave"},
+            {"mode": "real", "model_size": None, "compute_time": None},
+            "workloads.horovod.compute_time: policy interleave in mode real needs compute_time",
         ),
         (
             "adaptive",
