@@ -96,19 +96,25 @@ def offloads_off(ns: dict[str, str]) -> None:
 
 
 def goodput(ns: dict[str, str], flows: int, seconds: float) -> float:
-    """iperf3's receiver goodput (Gbit/s) from node a to node b."""
-    server = subprocess.Popen(["ip", "netns", "exec", ns["nb"], "iperf3", "-s", "-1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        for _ in range(50):
+    """iperf3's receiver goodput (Gbit/s) from node a to node b; a try the server was not
+    ready for (its JSON has an error, no sum) is made again, with a new server."""
+    why = ""
+    for _ in range(20):
+        server = subprocess.Popen(["ip", "netns", "exec", ns["nb"], "iperf3", "-s", "-1"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            time.sleep(0.2)  # the server listening
             r = in_ns(ns["na"], "iperf3", "-c", NODES["b"], "-J", "-t", f"{seconds:g}",
                       "-P", str(flows), timeout=seconds + 30)  # fmt: skip
-            if r.returncode == 0:
-                return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
-            time.sleep(0.1)  # the server not listening yet
-        raise RuntimeError(f"iperf3 failed: {r.stderr.strip() or r.stdout[-300:]}")
-    finally:
-        server.wait(timeout=seconds + 30)
+            doc = json.loads(r.stdout) if r.stdout.strip() else {}
+            got = doc.get("end", {}).get("sum_received", {}).get("bits_per_second")
+            if r.returncode == 0 and got:
+                return got / 1e9
+            why = doc.get("error") or r.stderr.strip() or r.stdout[-300:]
+        finally:
+            server.kill()
+            server.wait()
+    raise RuntimeError(f"iperf3 failed: {why}")
 
 
 def main() -> int:
