@@ -162,9 +162,6 @@ def _match(parts: list[int], vertices: list[_Vertex], s: Any) -> dict[int, str]:
             table[p, x] = (sum(v.pin == x for v in mine if v.pin),
                            sum(m.gpus_of(x) > 0 for v in mine if v.gpu))  # fmt: skip
 
-    def gain(p: int, machine: str) -> tuple[int, int]:
-        return table[p, machine]
-
     def score(choice: tuple[str, ...]) -> tuple[int, int]:
         gains = [table[p, x] for p, x in zip(used, choice, strict=True)]
         return sum(g[0] for g in gains), sum(g[1] for g in gains)
@@ -174,9 +171,9 @@ def _match(parts: list[int], vertices: list[_Vertex], s: Any) -> dict[int, str]:
         return dict(zip(used, best, strict=True))
     out: dict[int, str] = {}
     free = list(names)
-    stake = {p: max(gain(p, x) for x in names) for p in used}
+    stake = {p: max(table[p, x] for x in names) for p in used}
     for p in sorted(used, key=lambda q: (-stake[q][0], -stake[q][1], q)):
-        pick = max(free, key=lambda x: gain(p, x))  # the first best, in the machines' order
+        pick = max(free, key=lambda x: table[p, x])  # the first best, in the machines' order
         out[p] = pick
         free.remove(pick)
     return out
@@ -356,21 +353,19 @@ def vni(run_id: str, n: int) -> int:
 
 def parts(t: TopologyPlan, plan: MachinePlan) -> dict[str, Part]:
     """Each machine's part of topology `t` placed by `plan`. A cut link is numbered by its
-    place among the cut ones (1-based, in `t.links`' order), which names its devices and its
+    place in plan.cut (1-based, `t.links`' order), which names its devices and its
     VNI on both machines."""
     halves: dict[str, list[Half]] = {m: [] for m in plan.machines}
     links: dict[str, list[str]] = {m: [] for m in plan.machines}
-    n = 0
+    cut = {c.link for c in plan.cut}
     for lk in t.links:
-        at_a, at_b = plan.machine_of[lk.a.node], plan.machine_of[lk.b.node]
-        if at_a == at_b:
-            links[at_a].append(lk.name)
-            continue
-        n += 1
+        if lk.name not in cut:
+            links[plan.machine_of[lk.a.node]].append(lk.name)
+    for n, c in enumerate(plan.cut, start=1):
         names = {"vni": vni(t.run_id, n), "tunnel": name_of("tunnel", t.run_id, n),
                  "stitch": name_of("tunnel stitch", t.run_id, n)}  # fmt: skip
-        halves[at_a].append(Half(lk.name, "a", lk.a.node, at_b, **names))
-        halves[at_b].append(Half(lk.name, "b", lk.b.node, at_a, **names))
+        halves[c.lower_machine].append(Half(c.link, "a", c.lower, c.upper_machine, **names))
+        halves[c.upper_machine].append(Half(c.link, "b", c.upper, c.lower_machine, **names))
     return {
         m: Part(m, tuple(plan.nodes_on(m)), tuple(links[m]), tuple(halves[m]))
         for m in plan.machines
