@@ -82,10 +82,11 @@ class LinkBudget(TypedDict):  # budget.py; null where no budget was given
     cores: Count
     cpu_s_per_s: Ratio  # CPU seconds per scenario second, every workload together
     cpu_by_workload: dict[AnyName, Ratio]
+    cpu_fixed_cores: dict[AnyName, Ratio]  # real-mode jobs' compute: cores at any time_scale
     cpu_busy: Ratio
     cpu_load: Ratio
     load: Ratio
-    fitting_time_scale: Count
+    fitting_time_scale: Count | None  # None: no time_scale fits (cpu_fixed_cores)
 
 
 class Queues(TypedDict):  # run/metrics.py: the ports' queues together, sampled

@@ -26,7 +26,10 @@ too (budget_probe.kind_cost: the kind alone on 8 hosts at 100 Mbit/s, CPU second
 byte), and the scenario's demand on the CPU is each instance's mean payload rate (its kind's
 `work`, over TCP's framing) times its kind's cost: CPU seconds per scenario second. At K it
 keeps the machine `cpu_busy` = (that / K + RUN_CORES) / cores; the load is that over
-CPU_TARGET.
+CPU_TARGET. A real-mode job's compute is the machine's own, not dilated: its cores
+(`cpu_fixed_cores`, the kind's `fixed_cpu`) are added as they are at K, fewer at a larger K
+only because the job's ring then takes longer on this machine's clock (which changes the job's
+compute-to-network ratio: the warning says so).
 
 Where either load exceeds 1 the run warns before it starts, naming the time_scale that fits
 (K times the larger load, rounded up), and `link_budget` in the summary says so for
@@ -41,6 +44,7 @@ import contextlib
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,15 +118,35 @@ def cpu_demand(s: Scenario, b: Budget) -> dict[str, float]:
     out = {}
     for name, w in s.workloads.items():
         kind = kinds.get(w.kind)
-        cost = b.kind_costs.get(w.kind)
+        cost = b.kind_costs.get(priced_as(w))
         if kind.work is not None and cost is not None:
             out[name] = kind.work(w, s) / framing / 8 * cost
     return out
 
 
+def fixed_cores(s: Scenario, k: float) -> dict[str, float]:
+    """Cores each workload instance's undilated work (a real model's compute) keeps busy at
+    time_scale `k`; instances with none are left out."""
+    out = {}
+    for name, w in s.workloads.items():
+        fixed = kinds.get(w.kind).fixed_cpu
+        if fixed is not None and (cores := fixed(w, s, k)) > 0:
+            out[name] = cores
+    return out
+
+
+def priced_as(w: Any) -> str:
+    """The kind whose CPU-cost probe prices workload instance `w`: its kind's `priced_as`
+    (a horovod job on backend torch-ddp: torch-ddp, whose processes they are), else its own."""
+    kind = kinds.get(w.kind)
+    return kind.priced_as(w) if kind.priced_as is not None else w.kind
+
+
 def probed_kinds(s: Scenario) -> list[str]:
-    """The scenario's kinds that have a CPU-cost probe."""
-    return sorted({w.kind for w in s.workloads.values() if kinds.get(w.kind).probe is not None})
+    """The kinds whose CPU-cost probes price the scenario's workloads."""
+    return sorted(
+        {priced_as(w) for w in s.workloads.values() if kinds.get(priced_as(w)).probe is not None}
+    )
 
 
 def needs_measuring(s: Scenario, held: bool = False) -> bool:
@@ -142,14 +166,18 @@ def assess(s: Scenario, budget: Budget, held: bool = False) -> dict[str, Any]:
     this K (`cpu_s_per_s`, CPU seconds per scenario second, over K, and the run's own
     RUN_CORES, over the cores), `cpu_load` that
     over CPU_TARGET, `load` the larger of the two and `fitting_time_scale` the K at which both
-    fit."""
+    fit (None: none up to MOST_K does)."""
     d = demand(s, held)
     k = float(s.time_scale)
     link_load = max(d.one_flow_bps / budget.one_flow_bps, d.all_flows_bps / budget.all_flows_bps)
     per = cpu_demand(s, budget)
+    fixed = fixed_cores(s, k)
     cores = budget.cores or os.cpu_count() or 1
-    busy = (sum(per.values()) / k + RUN_CORES) / cores
+    busy = (sum(per.values()) / k + sum(fixed.values()) + RUN_CORES) / cores
     load = max(link_load, busy / CPU_TARGET)
+    cpu_k = cpu_time_scale(
+        sum(per.values()), cores, lambda kk: sum(fixed_cores(s, kk).values()) if fixed else 0.0
+    )
     return {
         "mode": budget.mode,
         "one_flow_bps": round(budget.one_flow_bps * k),
@@ -161,11 +189,12 @@ def assess(s: Scenario, budget: Budget, held: bool = False) -> dict[str, Any]:
         "cores": cores,
         "cpu_s_per_s": round(sum(per.values()), 2),
         "cpu_by_workload": {n: round(v, 2) for n, v in per.items()},
+        "cpu_fixed_cores": {n: round(v, 2) for n, v in fixed.items()},
         "cpu_busy": round(busy, 3),
         "cpu_load": round(busy / CPU_TARGET, 3),
         "load": round(load, 3),
-        "fitting_time_scale": max(
-            fitting_time_scale(k, link_load), cpu_time_scale(sum(per.values()), cores)
+        "fitting_time_scale": (
+            None if cpu_k is None else max(fitting_time_scale(k, link_load), cpu_k)
         ),
     }
 
@@ -177,11 +206,25 @@ def fitting_time_scale(k: float, load: float) -> float:
     return float(max(1, math.ceil(k * load - 1e-9)))
 
 
-def cpu_time_scale(cpu_s_per_s: float, cores: int) -> float:
-    """The smallest whole K at which the workloads' CPU seconds per scenario second, and the
-    run's own RUN_CORES, keep the machine at most CPU_TARGET busy."""
+MOST_K = 100_000  # the largest time_scale the CPU search tries (a 12 s run: two weeks)
+
+
+def cpu_time_scale(
+    cpu_s_per_s: float, cores: int, fixed: Callable[[float], float] = lambda k: 0.0
+) -> float | None:
+    """The smallest whole K at which the workloads' CPU seconds per scenario second over K,
+    the run's own RUN_CORES and the `fixed(K)` cores of undilated work keep the machine at
+    most CPU_TARGET busy; None when none up to MOST_K does. Without fixed work it is one
+    division; with it, a search up from there (both terms fall as K grows)."""
     room = CPU_TARGET * cores - RUN_CORES
-    return float(max(1, math.ceil(cpu_s_per_s / room - 1e-9)))
+    if room <= 0:
+        return None
+    k = max(1, math.ceil(cpu_s_per_s / room - 1e-9))
+    while k <= MOST_K:
+        if cpu_s_per_s / k + fixed(k) <= room + 1e-9:
+            return float(k)
+        k = k + 1 if k < 1000 else math.ceil(k * 1.01)
+    return None
 
 
 def with_fitting_scale(s: Scenario, b: Budget, held: bool = False) -> Scenario:
@@ -189,6 +232,8 @@ def with_fitting_scale(s: Scenario, b: Budget, held: bool = False) -> Scenario:
     if s.time_scale != "auto":
         return s
     k = assess(with_overrides(s, {"time_scale": 1}), b, held)["fitting_time_scale"]
+    if k is None:  # nothing fits (the warning says so): the largest K tried
+        k = float(MOST_K)
     return with_overrides(s, {"time_scale": k}, source=f"{s.name} (time_scale: auto → {k:g})")
 
 
@@ -197,7 +242,7 @@ def warning(s: Scenario, section: dict[str, Any]) -> str | None:
     its workloads' processes."""
     if section["load"] <= 1:
         return None
-    if section["cpu_load"] > section["link_load"]:
+    if section["cpu_load"] > section["link_load"] or section["fitting_time_scale"] is None:
         return _cpu_warning(s, section)
     k = float(s.time_scale)
     one = section["demand_one_flow_bps"] / section["one_flow_bps"]
@@ -224,12 +269,28 @@ def warning(s: Scenario, section: dict[str, Any]) -> str | None:
 
 def _cpu_warning(s: Scenario, section: dict[str, Any]) -> str:
     costs = ", ".join(f"{n} {v:g}" for n, v in section["cpu_by_workload"].items())
+    fixed = section.get("cpu_fixed_cores") or {}
+    if fixed:
+        costs += "; real compute, cores on this machine's clock, not dilated: " + ", ".join(
+            f"{n} {v:g}" for n, v in fixed.items()
+        )
+    k = section["fitting_time_scale"]
+    fits = (
+        f"time_scale: {k:g} fits (time_scale: auto picks it)"
+        if k is not None
+        else f"no time_scale up to {MOST_K} fits"
+    )
+    if fixed and k is not None:
+        fits += (
+            ", but a real model's compute does not dilate: at a larger time_scale its share of "
+            "an iteration shrinks (fewer workers or threads, a smaller real_model, or GPU "
+            "hosts keep it)"
+        )
     return (
         f"link budget: this scenario's workloads would keep this machine's {section['cores']} "
         f"CPUs {section['cpu_busy']:.0%} busy at time_scale {float(s.time_scale):g} (CPU "
         f"seconds per scenario second: {costs}; over {CPU_TARGET:.0%} flows start late and "
-        f"iterations stretch); time_scale: {section['fitting_time_scale']:g} fits (time_scale: "
-        "auto picks it) (docs/time-dilation.md#the-link-budget)"
+        f"iterations stretch); {fits} (docs/time-dilation.md#the-link-budget)"
     )
 
 

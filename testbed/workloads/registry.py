@@ -61,6 +61,14 @@ class Kind:
         None  # (cfg, scenario) → the mean payload bits/s (scenario time) its hosts send in
         # all, what its processes cost this machine's CPU (budget.py); none: line rate
     )
+    fixed_cpu: Callable[[Any, Any, float], float] | None = (
+        None  # (cfg, scenario, K) → the cores its undilated work keeps busy at time_scale K
+        # (a real model's compute is this machine's own: budget.py); none: nothing
+    )
+    priced_as: Callable[[Any], str] | None = (
+        None  # (cfg) → the kind whose CPU-cost probe prices it (a horovod job on backend
+        # torch-ddp costs what torch-ddp's does); none: its own
+    )
     probe: Callable[[], dict[str, Any]] | None = (
         None  # () → its workloads entry in the CPU-cost probe (budget_probe.py); none: it
         # costs what the link probe's bulk flows cost

@@ -165,3 +165,87 @@ def test_a_small_scenario_with_a_probed_kind_is_measured():
     assert not budget.needs_measuring(
         scenario(topology={"hosts": 4, "link_rate": "10mbit"}, workloads=web)
     )
+
+
+def real_job(hosts, compute="177ms", **over):
+    return scenario(
+        topology={"hosts": 4, "link_rate": "100mbit"},
+        workloads={
+            "job": {
+                "kind": "torch-ddp",
+                "mode": "real",
+                "real_model": "resnet18-narrow",
+                "hosts": hosts,
+                "compute_time": compute,
+            },
+            "web": {"kind": "websearch", "utilization": "20%"},
+        },
+        **over,
+    )
+
+
+def test_a_real_jobs_compute_is_cores_on_this_machines_clock_not_divided_by_the_time_scale():
+    """examples/real-policies.yaml by hand: resnet18-narrow's 2,805,864 B on 3 workers, a ring
+    of 2 × 2/3 × that = 3,741,152 B a worker an iteration, 299.3 ms at 100 Mbit/s. At its
+    fastest (backward overlapping the ring) an iteration is max(177, K × 299.3) ms on this
+    machine's clock, the compute 177 ms of it: 3 × 177 / 299.3 = 1.774 cores at K = 1, 1.774 / K
+    beyond. The bytes cost as before, over K (TCP's framing at MTU 1500: 0.936 payload a wire
+    byte): the job's 300 Mbit/s of payload 40.06 MB/s on the wire × 23.7 ns = 0.950 CPU s a
+    second; web search 20 % of 4 links, 80 Mbit/s → 10.68 MB/s × 33.5 ns = 0.358. Busy at K = 1:
+    (1.308 + 1.774 + 0.08) / 2 = 158.1 %. It fits where (1.308 + 1.774) / K ≤ 1.4 − 0.08: K ≥
+    2.33, so 3 (busy (1.027 + 0.08) / 2 = 55.4 %; at 2, 81.0 %)."""
+    s = real_job(["h1", "h2", "h3"])
+    fit = budget.assess(s, MEASURED)
+    assert fit["cpu_fixed_cores"] == {"job": pytest.approx(1.774, abs=0.005)}
+    assert fit["cpu_by_workload"] == {"job": pytest.approx(0.95, abs=0.005),
+                                      "web": pytest.approx(0.358, abs=0.005)}  # fmt: skip
+    assert fit["cpu_busy"] == pytest.approx(1.581, abs=0.002)
+    assert fit["fitting_time_scale"] == 3
+    three = budget.assess(real_job(["h1", "h2", "h3"], time_scale=3), MEASURED)
+    assert three["cpu_fixed_cores"] == {"job": pytest.approx(1.774 / 3, abs=0.005)}
+    assert three["cpu_busy"] == pytest.approx(0.554, abs=0.002) and three["load"] <= 1
+    two = budget.assess(real_job(["h1", "h2", "h3"], time_scale=2), MEASURED)
+    assert two["cpu_busy"] == pytest.approx(0.810, abs=0.002) and two["load"] > 1
+    msg = budget.warning(s, fit)
+    assert msg is not None and "not dilated: job 1.77" in msg and "time_scale: 3 fits" in msg
+    assert "does not dilate" in msg, msg
+    synthetic = real_job(["h1", "h2", "h3"])
+    synthetic.workloads["job"].mode = "synthetic"
+    assert budget.fixed_cores(synthetic, 1) == {}  # a synthetic job sleeps its compute
+
+
+def test_a_real_job_computing_most_of_its_iteration_fits_only_where_its_ring_outlasts_it():
+    """4 workers computing 2 s against a ring of 2 × 3/4 × 2,805,864 B (336.7 ms at 100
+    Mbit/s): at K ≤ 5 the compute is the whole iteration (4 cores), from K = 6 on 4 × 2 /
+    (K × 0.3367) = 23.76 / K. Its bytes: 4 × 33.67 Mbit / 2 s = 67.34 Mbit/s → 8.99 MB/s on the
+    wire × 23.7 ns = 0.213, web search 0.358: (0.571 + 23.76) / K ≤ 1.32 from K = 18.4: 19
+    (busy 68.0 %; at 18, 71.6 %)."""
+    s = real_job(["h1", "h2", "h3", "h4"], compute="2s")
+    fit = budget.assess(s, MEASURED)
+    assert fit["cpu_fixed_cores"] == {"job": 4.0} and fit["fitting_time_scale"] == 19
+    at = {k: budget.assess(real_job(["h1", "h2", "h3", "h4"], "2s", time_scale=k), MEASURED)
+          for k in (18, 19)}  # fmt: skip
+    assert at[19]["cpu_busy"] == pytest.approx(0.680, abs=0.002) and at[19]["load"] <= 1
+    assert at[18]["cpu_busy"] == pytest.approx(0.716, abs=0.002) and at[18]["load"] > 1
+    auto = budget.with_fitting_scale(real_job(["h1", "h2", "h3", "h4"], "2s", time_scale="auto"),
+                                     MEASURED)  # fmt: skip
+    assert auto.time_scale == 19
+
+
+def test_nothing_fits_when_the_runs_own_polling_fills_the_machine():
+    assert budget.cpu_time_scale(1.0, 1, lambda k: 0.0) is not None  # 0.7 − 0.08 of room
+    assert budget.cpu_time_scale(1.0, 1, lambda k: 0.7) is None  # none at any K
+    assert budget.cpu_time_scale(2.0, 2) == 2  # ⌈2 / 1.32⌉ without undilated work
+
+
+def test_a_job_is_priced_by_its_backends_probe():
+    """A `horovod` instance on backend torch-ddp runs torch-ddp's processes: its bytes cost
+    torch-ddp's 23.7 ns, not Horovod's (the real-policies example's runs were priced at
+    Horovod's 64 ns here, about 2.6 CPU s a second for the job where 0.95 is torch-ddp's)."""
+    s = scenario(
+        topology={"hosts": 4, "link_rate": "100mbit"},
+        workloads={"horovod": {"backend": "torch-ddp", "mode": "real", "hosts": ["h1", "h2", "h3"],
+                               "real_model": "resnet18-narrow", "compute_time": "177ms"}},
+    )  # fmt: skip
+    assert budget.probed_kinds(s) == ["torch-ddp"]
+    assert budget.cpu_demand(s, MEASURED) == {"horovod": pytest.approx(0.95, abs=0.005)}

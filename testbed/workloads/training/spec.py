@@ -503,6 +503,26 @@ def work(w: HorovodWorkload, s: Any) -> float:
     return workers * bits / iteration if iteration > 0 else 0.0
 
 
+def fixed_cpu(w: HorovodWorkload, s: Any, k: float) -> float:
+    """Cores a real-mode job's compute keeps busy at time_scale `k` (budget.py): each worker
+    one core for the share of an iteration its compute takes, at the job's fastest (backward
+    overlapping the ring, an iteration max(compute, ring) on this machine's clock): an upper
+    bound. The compute is this machine's own, the stated compute_time as measured here, and
+    not dilated, while the ring takes k times its scenario time, so the share falls as k
+    grows (and the job's compute-to-network ratio with it). A job that states no compute is
+    taken as computing all the time. Synthetic jobs sleep their compute, and jobs with GPUs
+    (but `auto`, which may fall back to the CPU) compute on the GPU: nothing."""
+    if w.mode != "real" or (w.gpus is not None and w.gpus != "auto"):
+        return 0.0
+    workers = len(w.hosts or range(s.topology.hosts))
+    if w.compute_time is None and w.compute_to_network_ratio is None:
+        return float(workers)
+    d = w.d
+    ring = k * d.bytes_per_iteration * 8 / (d.bottleneck_bps or s.topology.link_rate)
+    longest = max(d.compute_time, ring)
+    return workers * (d.compute_time / longest if longest > 0 else 0.0)
+
+
 def probe_of(kind: str) -> Any:
     """Its CPU-cost probe (budget_probe.py): 8 workers reducing a 2 MB model's gradients,
     1.2 s of compute an iteration (the ring about a fifth of it at 100 Mbit/s)."""
@@ -601,6 +621,8 @@ for _kind, _config, _doc, _summary in (
             config=_config,
             controller="testbed.workloads.training.controller:make",
             work=work,
+            fixed_cpu=fixed_cpu,
+            priced_as=lambda w: w.backend,  # the processes are the backend's
             probe=probe_of(_kind),
             report="testbed.workloads.training.report",
             summary={**_summary, **POLICY},
