@@ -662,4 +662,7 @@ def test_a_job_that_outruns_its_slots_is_warned_of_with_its_figures():
     kept = {**a, "policy": {**a["policy"], "on_slot_share": 0.98}}
     fits = {**a, "iteration_time_s": {**a["iteration_time_s"], "p50": 0.270}}
     assert interleave_outrun(kept) is None and interleave_outrun(fits) is None
+    given = interleave_outrun(a, given=True)  # a period the scenario gave is what fell short
+    assert given is not None and "(276 ms, the period given)" in given
+    assert "a longer period:" in given and "from the model" not in given
     assert interleave_outrun({"iteration_time_s": {"p50": 1.0}}) is None  # no policy

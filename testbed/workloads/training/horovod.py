@@ -79,14 +79,17 @@ def nccl_env(cfg: HorovodWorkload) -> dict[str, str]:
     return env
 
 
-def interleave_outrun(section: dict[str, Any], time_scale: float = 1.0) -> str | None:
+def interleave_outrun(
+    section: dict[str, Any], time_scale: float = 1.0, given: bool = False
+) -> str | None:
     """Why policy interleave never held, when its job's median iteration is longer than its
     slot and most iterations began late: each then begins later than the one before (a late
     one starts at once and the slack never catches up), and the jobs' phases drift through
     each other as if free-running. The period comes from the model of the job alone; what the
     workers add to each iteration is not in it (docs/results/interleave/README.md: CASSINI's
     pair, 0 % of iterations on their slot, median 316 ms against a 276 ms slot). `section`:
-    on this machine's clock, as warnings() has it; the figures said in scenario time."""
+    on this machine's clock, as warnings() has it; the figures said in scenario time. `given`:
+    the scenario gave the period (`policy.period`), which is then what fell short."""
     pol = section.get("policy") or {}
     share, p50 = pol.get("on_slot_share"), (section.get("iteration_time_s") or {}).get("p50")
     if pol.get("kind") != "interleave" or share is None or share >= 0.5 or not p50:
@@ -94,12 +97,19 @@ def interleave_outrun(section: dict[str, Any], time_scale: float = 1.0) -> str |
     if p50 <= pol["slot_s"]:
         return None
     ms = 1e3 / time_scale
+    source, fix = (
+        ("the period given", "a longer period:, or the jobs' phases shorter")
+        if given
+        else (
+            "from the model of the job alone",
+            "give the policy a period of at least the job's measured iteration alone (period:), "
+            "or a larger margin",
+        )
+    )
     return (
         f"policy interleave kept {share:.0%} of its slots: its iterations ({p50 * ms:.0f} ms, "
-        f"the median) run longer than its slot ({pol['slot_s'] * ms:.0f} ms, from the model "
-        "of the job alone), so each began later than the one before and the plan never held; "
-        "give the policy a period of at least the job's measured iteration alone (period:), "
-        "or a larger margin"
+        f"the median) run longer than its slot ({pol['slot_s'] * ms:.0f} ms, {source}), so "
+        f"each began later than the one before and the plan never held; {fix}"
     )
 
 
@@ -316,7 +326,9 @@ class HorovodJob(Controller):
                 "clock): the machine could not keep the workload's clock (fewer hosts or a lower "
                 "time_scale need less)"
             )
-        if (why := interleave_outrun(section, self.time_scale)) is not None:
+        policy = getattr(getattr(self, "cfg", None), "policy", None)  # a bare one in tests
+        given = getattr(policy, "period", None) is not None
+        if (why := interleave_outrun(section, self.time_scale, given)) is not None:
             out.append(f"{self.name}: {why}")
         return out
 
