@@ -116,13 +116,15 @@ def veth(
     master: int | None = None,
     mtu: int | None = None,
     peer_gso_max_segs: int | None = None,
+    gso_max_segs: int | None = None,
 ) -> bytes:
     """Both ends of a veth with the indexes given: this end in the socket's namespace, up, in
     bridge `master` if any; the peer straight in its namespace (`peer_netns_fd`, open until
     sent), down: the kernel configures the peer before the pair is joined, and opening a veth
     without its peer fails (ENOTCONN), so the peer's namespace brings it up (link_up). `mtu`
     applies to both ends (a bridge follows its ports' smallest). `peer_gso_max_segs`: the
-    most segments the peer takes in one packet from the stack (TCP sizes its packets by it)."""
+    most segments the peer takes in one packet from the stack (TCP sizes its packets by it);
+    `gso_max_segs` the same for this end."""
     mtu_attr = b"" if mtu is None else _attr(IFLA_MTU, struct.pack("=I", mtu))
     peer_info = IFINFO.pack(0, 0, peer_index, 0, 0)
     peer_info += _attr(IFLA_IFNAME, _name(peer)) + mtu_attr
@@ -130,6 +132,8 @@ def veth(
         peer_info += _attr(IFLA_GSO_MAX_SEGS, struct.pack("=I", peer_gso_max_segs))
     peer_info += _attr(IFLA_NET_NS_FD, struct.pack("=I", peer_netns_fd))
     attrs = _attr(IFLA_IFNAME, _name(name)) + mtu_attr
+    if gso_max_segs is not None:
+        attrs += _attr(IFLA_GSO_MAX_SEGS, struct.pack("=I", gso_max_segs))
     if master is not None:
         attrs += _attr(IFLA_MASTER, struct.pack("=I", master))
     attrs += _nest(

@@ -18,6 +18,7 @@ given (the machine's root namespace in a run; a namespace per emulated machine i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any
@@ -39,10 +40,12 @@ class Tunnel:
     stitch: int  # the interface index of the link's local veth end, in the same namespace
 
 
-def build(ipr: Any, t: Tunnel) -> int:
+def build(ipr: Any, t: Tunnel, prepare: Callable[[str], None] | None = None) -> int:
     """The VXLAN device of `t`, up, and the stitch both ways; its interface index. `ipr`: a
     pyroute2 IPRoute (or NetNS) in the namespace that holds the link's local end and reaches
-    the peer machine."""
+    the peer machine. `prepare(name)` runs while the device is still down (a run turns its
+    IPv6 off there: a machine's root namespace keeps IPv6 on, and its router solicitations
+    would be frames in the emulated network)."""
     ipr.link(
         "add",
         ifname=t.name,
@@ -55,6 +58,8 @@ def build(ipr: Any, t: Tunnel) -> int:
         mtu=t.mtu,
     )
     (index,) = ipr.link_lookup(ifname=t.name)
+    if prepare is not None:
+        prepare(t.name)
     ipr.link("set", index=index, state="up")
     for src, dst in ((t.stitch, index), (index, t.stitch)):
         tc_call(ipr, src, Clsact())

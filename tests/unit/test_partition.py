@@ -230,3 +230,29 @@ def test_each_machine_builds_its_nodes_its_links_and_its_halves_of_the_cut():
     assert partition.vni("003fff", 1) == 1025  # the blocks wrap round, past block 0
     with pytest.raises(ValueError):
         partition.vni("000000", 1024)
+
+
+def test_a_machines_network_is_its_part_only():
+    """network.Cutting narrows Network to one machine's part before anything is built: b of
+    the split above builds h1's and h2's namespaces and their halves, no link whole, no
+    switch; a builds the switch, h4's whole link and the switch ends of all three halves."""
+    from ipaddress import IPv4Address
+
+    from testbed.core.state import RunState
+    from testbed.network.runtime.network import Cutting, Network
+    from testbed.scenario.topology import build_plan
+
+    s = scenario({"nodes": ["a", "b", "c"], "place": {"sw": "a", "h1": "b", "h2": "b", "h3": "c"}},
+                 topology={"hosts": 4, "link_rate": "1gbit"})  # fmt: skip
+    t = build_plan(s, "000000")
+    got = partition.parts(t, machine_plan(s))
+    addresses = {m: IPv4Address(f"10.0.0.{i}") for i, m in enumerate("abc", start=1)}
+    state = RunState("000000", "m.yaml", "/nonexistent")
+    b = Network(t, state, Cutting(got["b"], addresses, 14789))
+    assert b.namespaces == [t.host("h1").netns, t.host("h2").netns]
+    assert (b.switches, b.links, sorted(b.halves)) == ([], [], ["h1", "h2"])
+    a = Network(t, state, Cutting(got["a"], addresses, 14789))
+    assert a.namespaces == [t.switch("sw").netns, t.host("h4").netns]
+    assert [lk.name for lk in a.links] == ["h4"] and sorted(a.halves) == ["h1", "h2", "h3"]
+    whole = Network(t, state)
+    assert whole.namespaces == t.namespaces and whole.halves == {}

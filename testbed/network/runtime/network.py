@@ -6,7 +6,13 @@ unshaped management path; and the run's netlink sockets, one per namespace, that
 the class counters use too.
 
 Building is plain netlink (netlink.py), many requests per system call, inside each namespace
-(namespaces.py)."""
+(namespaces.py).
+
+A run over several machines (issue 76) builds one machine's part on each (`Cutting`): its
+nodes, the links with both ends on it, and its half of every cut link, which is the link's
+own local end made as on one machine, its peer in the machine's namespace stitched to a
+VXLAN device toward the other machine (tunnel.py). The switch port and its HTB tree, or the
+host's eth0 and its uplink queue, are the same devices as on one machine."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 from pyroute2.ethtool.ioctl import ETH_SS_FEATURES, IoctlEthtool
@@ -32,6 +39,9 @@ from testbed.network.runtime.namespaces import (
 )
 from testbed.network.shaping.plan import segments_per_packet
 from testbed.network.shaping.stats import ClassReader
+from testbed.network.tunnel import Tunnel
+from testbed.network.tunnel import build as build_tunnel
+from testbed.scenario.partition import Half, Part
 from testbed.scenario.topology import (
     CLASSIC_RECOVERY,
     IF_BRIDGE,
@@ -58,6 +68,7 @@ OFFLOADS_OFF = (
     "rx-gro-list",
     "rx-udp-gro-forwarding",
 )
+MACHINE = "\0machine"  # the fds key of the namespace that holds a cut link's stitch and tunnel
 # link_mode: fast keeps TCP's segments whole from the sender's stack to the receiver's; only
 # receive-side coalescing stays off, which would make packets larger than the sender made them
 RX_COALESCING = ("rx-gro", "rx-gro-list", "rx-udp-gro-forwarding")
@@ -113,14 +124,38 @@ def disable_offloads(
         et.close()
 
 
+@dataclass(frozen=True)
+class Cutting:
+    """One machine's part of a run placed over several (scenario/partition.py), and what its
+    tunnels need: every machine's address on the machines' own network, the VXLAN port, and
+    the namespace that reaches the others (None: this machine's root namespace; emulated
+    machines in the tests are namespaces). `management`: build the root namespace's
+    management path for the part's hosts (emulated machines on one host share one root)."""
+
+    part: Part
+    address: dict[str, ipaddress.IPv4Address]
+    port: int
+    machine_ns: str | None = None
+    management: bool = True
+
+
 class Network:
     """The emulated network of `plan` over its nodes' namespaces, whatever made them (the
     runtime's part): each link, address, route and the management path, every object recorded
-    in `state` first; the netlink sockets of each namespace, and the class counters."""
+    in `state` first; the netlink sockets of each namespace, and the class counters. With
+    `cutting`, only that machine's part of it."""
 
-    def __init__(self, plan: TopologyPlan, state: RunState) -> None:
+    def __init__(self, plan: TopologyPlan, state: RunState, cutting: Cutting | None = None) -> None:
         self.plan = plan
         self.state = state
+        self.cutting = cutting
+        here = None if cutting is None else set(cutting.part.nodes)
+        self.switches = [sw for sw in plan.switches if here is None or sw.name in here]
+        self.hosts = [h for h in plan.hosts if here is None or h.name in here]
+        self.namespaces = [*(sw.netns for sw in self.switches), *(h.netns for h in self.hosts)]
+        local = None if cutting is None else set(cutting.part.links)
+        self.links = [lk for lk in plan.links if local is None or lk.name in local]
+        self.halves = {} if cutting is None else {h.link: h for h in cutting.part.halves}
         self._iprs: dict[str | None, IPRoute] = {}
         self._netlink: dict[str, socket.socket] = {}
         self.classes = ClassReader(self.netlink)
@@ -165,57 +200,80 @@ class Network:
         the far namespace), then, once they all exist, addresses, routes and management.
         Every namespace of the plan exists already (the runtime made its nodes)."""
         p = self.plan
+        c = self.cutting
+        management = c is None or c.management
         fds: dict[str | None, int] = {}
         try:
-            # what lands in the root namespace is recorded before it exists
-            self.state.record(
-                {"kind": "link-group", "netns": None, "group": link_group(p.run_id)},
-                {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"},
-                *(
-                    {"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
-                    for h in p.hosts
-                ),
-            )
-            for ns in p.namespaces:
+            # what lands in the root namespace (or the machine's) is recorded before it exists
+            root: list[dict[str, object]] = []
+            if management:
+                root.append({"kind": "link-group", "netns": None, "group": link_group(p.run_id)})
+                root.append(
+                    {"kind": "link", "netns": None, "name": p.mgmt_bridge, "type": "bridge"}
+                )
+            root += [{"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
+                     for h in self.hosts]  # fmt: skip
+            if c is not None:
+                root += [
+                    {"kind": "link", "netns": c.machine_ns, "name": name, "type": kind}
+                    for half in self.halves.values()
+                    for name, kind in ((half.stitch, "veth"), (half.tunnel, "vxlan"))
+                ]
+            self.state.record(*root)
+            for ns in self.namespaces:
                 fds[ns] = netns_fd(ns)
             fds[None] = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            create = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}
-            configure = {ns: nl.Batch(ns, self.netlink(ns)) for ns in p.namespaces}
-            for ns in p.namespaces:
+            machine = fds[None] if c is None or c.machine_ns is None else netns_fd(c.machine_ns)
+            fds[MACHINE] = machine
+            create = {ns: nl.Batch(ns, self.netlink(ns)) for ns in self.namespaces}
+            configure = {ns: nl.Batch(ns, self.netlink(ns)) for ns in self.namespaces}
+            for ns in self.namespaces:
                 # No IPv6: router solicitations and MLD reports would be stray traffic in the
                 # class counters, and the testbed's addresses are IPv4 only.
                 write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1",
                              "net.ipv6.conf.default.disable_ipv6", "1",
                              "net.core.rps_default_mask", rps_mask())  # fmt: skip
                 create[ns].add(nl.link_up(IF_LO), "lo up")
-            for sw in p.switches:
+            for sw in self.switches:
                 self._build_switch(sw, create[sw.netns], configure[sw.netns])
-            for lk in p.links:
+            for lk in self.links:
                 self._build_link(lk, create[lk.a.netns], create[lk.b.netns], fds)
                 peer = lk.a if lk.tier == "host" else lk.b  # the end placed from afar
                 configure[peer.netns].add(nl.link_up(peer.index), f"{peer.ifname} up")
+            for lk in p.links:
+                half = self.halves.get(lk.name)
+                if half is not None:
+                    end = lk.a if half.end == "a" else lk.b
+                    self._build_half(lk, half, create[end.netns], fds[MACHINE])
                 for end in (lk.a, lk.b):
-                    if end.address is not None:
+                    if end.address is not None and end.netns in create:
                         configure[end.netns].add(
                             nl.address(end.index, end.address),
                             f"address {end.address} on {end.ifname}",
                         )
-            for h in p.hosts:
+            for h in self.hosts:
                 self._configure_host(h, configure[h.netns], fds[None])
             for r in p.routes:
-                configure[r.netns].add(nl.route(r.dst, r.via), f"route to {r.dst}")
+                if r.netns in configure:
+                    configure[r.netns].add(nl.route(r.dst, r.via), f"route to {r.dst}")
             for phase in (create, configure):
-                for ns in p.namespaces:
+                for ns in self.namespaces:
                     phase[ns].commit()
         finally:
-            for fd in fds.values():
+            for fd in set(fds.values()):
                 os.close(fd)
         off = RX_COALESCING if p.fast else OFFLOADS_OFF
-        for sw in p.switches:
-            ports = [lk.b.ifname for lk in p.links if lk.b.node == sw.name]
-            ports += [lk.a.ifname for lk in p.links if lk.a.node == sw.name]
+        ends = [(lk.a, lk.b) for lk in self.links] + [
+            ((lk.a,) if self.halves[lk.name].end == "a" else (lk.b,))
+            for lk in p.links
+            if lk.name in self.halves
+        ]
+        for sw in self.switches:
+            ports = [e.ifname for pair in ends for e in pair if e.node == sw.name]
             disable_offloads(sw.netns, ports, off)
-        for h in p.hosts:
+        if c is not None and self.halves:
+            self._stitch(c, off)
+        for h in self.hosts:
             disable_offloads(h.netns, [h.data_if], off)
             if p.tcp_congestion is not None:  # per namespace; new ones copy the machine's
                 write_sysctl(h.netns, "net.ipv4.tcp_congestion_control", p.tcp_congestion)
@@ -232,7 +290,55 @@ class Network:
                 write_sysctl(h.netns, *CLASSIC_RECOVERY)
             if not p.tcp_idle_restart:
                 write_sysctl(h.netns, "net.ipv4.tcp_slow_start_after_idle", "0")
-        self._build_management()
+        if management:
+            self._build_management()
+
+    def _build_half(self, lk: Link, half: Half, batch: nl.Batch, machine_fd: int) -> None:
+        """This machine's end of cut link `lk`, made as on one machine (a switch port in its
+        bridge, or a host's eth0 with its uplink queue), its peer straight in the machine's
+        namespace under the half's stitch name, down until stitched (_stitch)."""
+        mtu = self.plan.mtu if self.plan.mtu != 1500 else None
+        end = lk.a if half.end == "a" else lk.b
+        host_port = lk.tier == "host" and half.end == "b"
+        batch.add(
+            nl.veth(
+                end.ifname,
+                end.index,
+                half.stitch,
+                0,
+                machine_fd,
+                IF_BRIDGE if host_port else None,
+                mtu,
+                gso_max_segs=self._host_gso_max_segs(lk) if lk.tier == "host" and not host_port
+                else None,
+            ),
+            f"veth {end.ifname} to {half.stitch} (cut link {lk.name})",
+        )  # fmt: skip
+        if half.end == "a" and end.queue:
+            batch.add(nl.ifb(end.queue, end.queue_index, mtu), f"ifb {end.queue}")
+        if host_port and end.ingress_queue:
+            batch.add(nl.ifb(end.ingress_queue, end.ingress_queue_index, mtu),
+                      f"ifb {end.ingress_queue}")  # fmt: skip
+
+    def _stitch(self, c: Cutting, off: Sequence[str]) -> None:
+        """Each half's stitch veth up in the machine's namespace and its VXLAN device toward
+        the other machine, stitched to it (tunnel.py), both with offloads off as every port's
+        and IPv6 off."""
+        ipr = self.ipr(c.machine_ns)
+        local = c.address[c.part.machine]
+
+        def ipv6_off(name: str) -> None:  # the machine's own frames stay out of the network
+            write_sysctl(c.machine_ns, f"net.ipv6.conf.{name}.disable_ipv6", "1")
+
+        for half in self.halves.values():
+            (index,) = ipr.link_lookup(ifname=half.stitch)
+            ipv6_off(half.stitch)
+            ipr.link("set", index=index, state="up")
+            disable_offloads(c.machine_ns, [half.stitch], off)
+            build_tunnel(ipr, Tunnel(half.tunnel, half.vni, local, c.address[half.peer], c.port,
+                                     self.plan.mtu, index), ipv6_off)  # fmt: skip
+            # its receive side must not merge frames before they reach the stitch either
+            disable_offloads(c.machine_ns, [half.tunnel], off)
 
     def _build_switch(self, sw: Switch, create: nl.Batch, configure: nl.Batch) -> None:
         """A bridge for the hosts (tor, leaf); routing on (leaf, spine). The switch is ours and
@@ -331,9 +437,10 @@ class Network:
             f"address {p.mgmt_bridge_ip} on {p.mgmt_bridge}",
         )
         write_sysctl(
-            None, *(x for h in p.hosts for x in (f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1"))
+            None,
+            *(x for h in self.hosts for x in (f"net.ipv6.conf.{h.mgmt_peer}.disable_ipv6", "1")),
         )
-        for h in p.hosts:
+        for h in self.hosts:
             root.add(
                 nl.enslave(h.mgmt_peer, mbr, link_group(p.run_id)),
                 f"{h.mgmt_peer} into {p.mgmt_bridge}",
