@@ -10,7 +10,7 @@
 # `testbed report` needs to aggregate it: point.json, summary.json, scenario.yaml,
 # iterations.csv, flows.csv, queries.csv, rounds.csv, testbed.log, each job's policy.csv, with
 # several jobs each one's iterations-<job>.csv, and with interleave each rank's pace log and
-# records (about 0.25 MB a 12 s point, xz). Left out: links.csv (the report's utilization plot only),
+# records, and an ensemble's per-model byte counters (about 0.25 MB a 12 s point, xz). Left out: links.csv (the report's utilization plot only),
 # Prometheus' TSDB and each host's raw files. A point already packed is not packed again.
 set -euo pipefail
 usage() { echo "usage: $0 pack SWEEP_OUT DEST | unpack DEST SWEEP_OUT" >&2; exit 2; }
@@ -35,6 +35,9 @@ case "$1" in
         [ -f "$f" ] && files+=("$name/${f#"$run"/}")
       done
       for f in "$run"/iterations-*.csv; do  # several jobs: one records file per job
+        [ -f "$f" ] && files+=("$name/${f#"$run"/}")
+      done
+      for f in "$run"/*/rounds-*-bytes.json; do  # ensemble: each model's byte counters at the window's edges
         [ -f "$f" ] && files+=("$name/${f#"$run"/}")
       done
       for f in "$run"/*/iterations-*.pace.csv; do  # interleave: each rank's slots and records
