@@ -33,6 +33,7 @@ SECTIONS = [  # top-level fields that are sections of their own, in the order a 
     ("measure", "Measure"),
     ("metrics", "Metrics"),
     *((d.name, d.options.__name__) for d in with_options() if d.options is not None),
+    ("machines", "Machines"),
 ]
 COMMON = ("kind", "start", "stop", "hosts", "tc_class", "dscp", "derived")
 UNIT_WORDS = {
@@ -161,6 +162,7 @@ def markdown() -> str:
     ]
     for field, model in SECTIONS:
         out += ["", f"## {model}", "", f"`{field}:`", "", *_table(defs[model])]
+    out += ["", "## Machine", "", "An item of `machines.nodes`:", "", *_table(defs["Machine"])]
     out += [
         "",
         "## TcProfile",
