@@ -82,7 +82,7 @@ class LinkBudget(TypedDict):  # budget.py; null where no budget was given
     cores: Count
     cpu_s_per_s: Ratio  # CPU seconds per scenario second, every workload together
     cpu_by_workload: dict[AnyName, Ratio]
-    cpu_fixed_cores: dict[AnyName, Ratio]  # real-mode jobs' compute: cores at any time_scale
+    cpu_fixed_cores: Ratio  # real-mode jobs' compute: cores on this machine's clock, not dilated
     cpu_busy: Ratio
     cpu_load: Ratio
     load: Ratio

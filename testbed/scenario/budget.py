@@ -189,7 +189,7 @@ def assess(s: Scenario, budget: Budget, held: bool = False) -> dict[str, Any]:
         "cores": cores,
         "cpu_s_per_s": round(sum(per.values()), 2),
         "cpu_by_workload": {n: round(v, 2) for n, v in per.items()},
-        "cpu_fixed_cores": {n: round(v, 2) for n, v in fixed.items()},
+        "cpu_fixed_cores": round(sum(fixed.values()), 2),
         "cpu_busy": round(busy, 3),
         "cpu_load": round(busy / CPU_TARGET, 3),
         "load": round(load, 3),
@@ -269,10 +269,10 @@ def warning(s: Scenario, section: dict[str, Any]) -> str | None:
 
 def _cpu_warning(s: Scenario, section: dict[str, Any]) -> str:
     costs = ", ".join(f"{n} {v:g}" for n, v in section["cpu_by_workload"].items())
-    fixed = section.get("cpu_fixed_cores") or {}
+    fixed = fixed_cores(s, float(s.time_scale))
     if fixed:
         costs += "; real compute, cores on this machine's clock, not dilated: " + ", ".join(
-            f"{n} {v:g}" for n, v in fixed.items()
+            f"{n} {v:.2f}" for n, v in fixed.items()
         )
     k = section["fitting_time_scale"]
     fits = (

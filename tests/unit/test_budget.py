@@ -196,13 +196,13 @@ def test_a_real_jobs_compute_is_cores_on_this_machines_clock_not_divided_by_the_
     2.33, so 3 (busy (1.027 + 0.08) / 2 = 55.4 %; at 2, 81.0 %)."""
     s = real_job(["h1", "h2", "h3"])
     fit = budget.assess(s, MEASURED)
-    assert fit["cpu_fixed_cores"] == {"job": pytest.approx(1.774, abs=0.005)}
+    assert fit["cpu_fixed_cores"] == pytest.approx(1.774, abs=0.005)
     assert fit["cpu_by_workload"] == {"job": pytest.approx(0.95, abs=0.005),
                                       "web": pytest.approx(0.358, abs=0.005)}  # fmt: skip
     assert fit["cpu_busy"] == pytest.approx(1.581, abs=0.002)
     assert fit["fitting_time_scale"] == 3
     three = budget.assess(real_job(["h1", "h2", "h3"], time_scale=3), MEASURED)
-    assert three["cpu_fixed_cores"] == {"job": pytest.approx(1.774 / 3, abs=0.005)}
+    assert three["cpu_fixed_cores"] == pytest.approx(1.774 / 3, abs=0.005)
     assert three["cpu_busy"] == pytest.approx(0.554, abs=0.002) and three["load"] <= 1
     two = budget.assess(real_job(["h1", "h2", "h3"], time_scale=2), MEASURED)
     assert two["cpu_busy"] == pytest.approx(0.810, abs=0.002) and two["load"] > 1
@@ -212,6 +212,7 @@ def test_a_real_jobs_compute_is_cores_on_this_machines_clock_not_divided_by_the_
     synthetic = real_job(["h1", "h2", "h3"])
     synthetic.workloads["job"].mode = "synthetic"
     assert budget.fixed_cores(synthetic, 1) == {}  # a synthetic job sleeps its compute
+    assert budget.fixed_cores(s, 3) == {"job": pytest.approx(1.774 / 3, abs=0.005)}
 
 
 def test_a_real_job_computing_most_of_its_iteration_fits_only_where_its_ring_outlasts_it():
@@ -222,7 +223,7 @@ def test_a_real_job_computing_most_of_its_iteration_fits_only_where_its_ring_out
     (busy 68.0 %; at 18, 71.6 %)."""
     s = real_job(["h1", "h2", "h3", "h4"], compute="2s")
     fit = budget.assess(s, MEASURED)
-    assert fit["cpu_fixed_cores"] == {"job": 4.0} and fit["fitting_time_scale"] == 19
+    assert fit["cpu_fixed_cores"] == 4.0 and fit["fitting_time_scale"] == 19
     at = {k: budget.assess(real_job(["h1", "h2", "h3", "h4"], "2s", time_scale=k), MEASURED)
           for k in (18, 19)}  # fmt: skip
     assert at[19]["cpu_busy"] == pytest.approx(0.680, abs=0.002) and at[19]["load"] <= 1

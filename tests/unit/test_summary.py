@@ -33,7 +33,7 @@ BY_HAND = {
     "link_budget": {
         "one_flow_bps": "bps", "all_flows_bps": "bps", "demand_one_flow_bps": "bps",
         "demand_all_flows_bps": "bps", "hosts": "1", "link_load": "1", "cores": "1",
-        "cpu_s_per_s": "1", "cpu_by_workload": {"*": "1"}, "cpu_fixed_cores": {"*": "1"},
+        "cpu_s_per_s": "1", "cpu_by_workload": {"*": "1"}, "cpu_fixed_cores": "1",
         "cpu_busy": "1", "cpu_load": "1",
         "load": "1", "fitting_time_scale": "1",
     },
