@@ -80,12 +80,13 @@ def validate(scenario: str) -> None:
 
 
 def _refuse_machines(s: Any, source: str) -> None:
-    """One run over several machines is placed (validate prints it) but not yet run."""
-    if s.machines is not None:
+    """One run over several machines is placed (validate prints it) but not yet run, unless
+    its machines are emulated here (machines.emulate, runtime netns)."""
+    if s.machines is not None and not s.machines.emulate:
         raise ScenarioError(
             f"{source}: machines: a run over several machines is not built yet (only its "
-            "placement: `testbed validate` prints it; docs/swarm.md); remove machines: to run "
-            "it on this one"
+            "placement: `testbed validate` prints it, and machines.emulate: true runs it on "
+            "emulated machines here; docs/swarm.md); remove machines: to run it on this one"
         )
 
 

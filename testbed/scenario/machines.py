@@ -73,6 +73,12 @@ class Machines(BaseModel):
         description="the MTU of the machines' own network: the emulated links' (topology.mtu) "
         f"must fit under it less VXLAN's {VXLAN_OVERHEAD} bytes",
     )
+    emulate: bool = Field(
+        False,
+        description="build every machine's part on this one, each machine a network namespace "
+        "joined to the others by an unshaped underlay: the cut links' tunnels and the "
+        "placement run for real, without other machines (tests, benchmarks; runtime netns)",
+    )
 
     @field_validator("vxlan_port")
     @classmethod

@@ -35,10 +35,11 @@ class Declared:
     host: str  # what a host is under this runtime, for the schema's description
     options: type[BaseModel] | None = None  # its section's model; None: no section
     about: str = ""  # what the section holds, for the schema's description
+    emulates_machines: bool = False  # builds machines.emulate's machines (namespaces)
 
 
 DECLARED = (
-    Declared("netns", "a network namespace"),
+    Declared("netns", "a network namespace", emulates_machines=True),
     Declared("docker", "a Docker container", DockerOptions, "container options"),
 )
 DEFAULT = DECLARED[0].name
@@ -46,6 +47,11 @@ DEFAULT = DECLARED[0].name
 
 def names() -> tuple[str, ...]:
     return tuple(d.name for d in DECLARED)
+
+
+def emulating_machines() -> tuple[str, ...]:
+    """The runtimes that build emulated machines (machines.emulate)."""
+    return tuple(d.name for d in DECLARED if d.emulates_machines)
 
 
 def with_options() -> tuple[Declared, ...]:

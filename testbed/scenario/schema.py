@@ -39,7 +39,7 @@ from testbed.core.profile import TcProfile, load_profile_data
 from testbed.core.units import format_duration
 from testbed.core.window import Window
 from testbed.scenario.machines import VXLAN_OVERHEAD, Machines
-from testbed.scenario.runtimes import DECLARED, with_options
+from testbed.scenario.runtimes import DECLARED, emulating_machines, with_options
 from testbed.scenario.runtimes import DEFAULT as DEFAULT_RUNTIME
 from testbed.scenario.runtimes import names as runtime_names
 from testbed.workloads.kinds import KINDS, get
@@ -574,7 +574,8 @@ class _ScenarioFields(BaseModel):
         None,
         description="one run over several machines (Swarm nodes): where its switches and "
         "hosts go; `testbed validate` prints the placement and the links it cuts (running "
-        "it is not built yet: docs/swarm.md)",
+        "it across real machines is not built yet, on emulated ones here it is: "
+        "machines.emulate; docs/swarm.md)",
     )
 
     @field_validator("tc_profile", mode="before")
@@ -663,6 +664,13 @@ class _ScenarioFields(BaseModel):
                 f"(machines.underlay_mtu {m.underlay_mtu} B less {VXLAN_OVERHEAD}): set "
                 f"topology.mtu: {m.underlay_mtu - VXLAN_OVERHEAD}, or raise "
                 "machines.underlay_mtu if the machines' network carries more",
+            )
+        can = emulating_machines()
+        if m is not None and m.emulate and self.runtime not in can:
+            raise _FieldError(
+                ("machines", "emulate"),
+                "the emulated machines are network namespaces, which runtime "
+                f"{self.runtime} does not build; use runtime: {' or '.join(can)}",
             )
         return self
 

@@ -280,6 +280,9 @@ NETNS_NAMES = {
     "spine": "tb-{id}-spine{n}",
     "probe": "tb-{id}-probe",  # preflight's kernel probe, while it runs
     "lone probe": "tb-probe-{pid}",  # the kernel probe of a process outside any run
+    # machines.emulate: each machine of the placement a namespace, joined by an underlay
+    "emulated machine": "tb-{id}-m{n}",
+    "underlay": "tb-{id}-underlay",
 }
 ROOT_LINK_NAMES = {  # interfaces in the root namespace
     "management bridge": "tb{id}",

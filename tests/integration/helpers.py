@@ -349,3 +349,16 @@ def up_to_kill(run_id: str, *args: str) -> Iterator[UpToKill]:
         yield up
     finally:
         up.close()
+
+
+def settled(read: Callable[[], Any], quiet: float = 0.3, most: float = 5.0) -> Any:
+    """`read()` once two reads `quiet` seconds apart agree: a frame still crossing (a late ACK,
+    an ARP) is counted at both ends, not at one."""
+    last, deadline = read(), time.monotonic() + most
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    return last

@@ -178,3 +178,12 @@ def test_tunnel(tmp_path):
     for on in ("on", "off"):
         for n in ("one", "eight"):
             assert doc["local"][on][n] > 0 and doc["cut"][on][n] > 0, doc
+
+
+def test_cut_up(tmp_path):
+    """`up` of one fabric on 1, 2 and 3 emulated machines (issue 76): every run succeeds, the
+    placements cut links (none on one machine), and the JSON line has the ratios."""
+    doc = last_json(quick("cut_up", tmp_path), "up_s", "cut_links", "over_one")
+    assert all(doc["up_s"][n] for n in ("1", "2", "3")), doc
+    assert doc["cut_links"]["1"] == 0 and doc["cut_links"]["2"] > 0, doc
+    assert doc["over_one"]["1"] == 1.0, doc

@@ -14,10 +14,7 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import time
-from collections.abc import Callable
 from ipaddress import IPv4Address
-from typing import Any
 
 import pytest
 
@@ -28,6 +25,7 @@ from testbed.scenario import partition
 from testbed.scenario.resolve import load_scenario_data
 from testbed.scenario.topology import build_plan
 
+from .helpers import settled
 from .test_runtime import in_ns
 
 pytestmark = pytest.mark.integration
@@ -43,19 +41,6 @@ def ip(*args: str) -> None:
 def packets(ns: str, dev: str) -> dict[str, int]:
     (x,) = json.loads(in_ns(ns, "ip", "-j", "-s", "link", "show", dev).stdout)
     return {"tx": x["stats64"]["tx"]["packets"], "rx": x["stats64"]["rx"]["packets"]}
-
-
-def settled(read: Callable[[], Any], quiet: float = 0.3, most: float = 5.0) -> Any:
-    """`read()` once two reads `quiet` seconds apart agree: a frame still crossing (a late ACK,
-    an ARP) is counted at both ends, not at one."""
-    last, deadline = read(), time.monotonic() + most
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = read()
-        if now == last:
-            return now
-        last = now
-    return last
 
 
 def send(src_ns: str, dst_ns: str, dst_ip: str, size: int) -> int:
@@ -108,7 +93,7 @@ def test_a_run_built_in_parts_on_two_machines_is_one_network():
             ip("netns", "add", ns)
         for x in "ab":
             cut = Cutting(parts[x], UNDERLAY, PORT, machine_ns=machines[x], management=False)
-            net = Network(t, state, cut)
+            net = Network(t, state, [cut])
             nets.append(net)
             net.build()
         # each machine made only its own nodes' interfaces
@@ -151,3 +136,43 @@ def test_a_run_built_in_parts_on_two_machines_is_one_network():
                 subprocess.run(["ip", "netns", "del", name], capture_output=True)
             state.path.unlink(missing_ok=True)
     assert problems == []
+
+
+def test_strict_priority_holds_on_a_port_whose_hosts_are_on_another_machine(tmp_path):
+    """test_shaping's strict-priority run on emulated machines (machines.emulate): the switch
+    on machine a, both hosts on b, so every frame crosses the cut twice and h2's downlink is a
+    port on a whose host is on b. Its checks hold as on one machine: the high class keeps
+    the link, the low one is starved to its 1 % floor, the classes together never beat the
+    cap, and the run leaves nothing behind (no namespace of the run, machines' included)."""
+    from tests.bounds import rate_at_least
+
+    from .helpers import flows, link, run_until
+
+    rate = 50_000_000
+    s = run_until(
+        tmp_path,
+        {
+            "duration": "6s",
+            "topology": {"hosts": 2, "link_rate": rate},
+            "tc_profile": "thesis-2band",
+            "machines": {
+                "nodes": ["a", "b"],
+                "place": {"sw": "a", "h1": "b", "h2": "b"},
+                "emulate": True,
+            },
+            "workloads": {
+                "linkcheck": {"pattern": "single", "bulk_classes": ["high", "low"], "short": False}
+            },
+        },
+        lambda s: flows(s, **{"class": "high"})[0]["goodput_bps"] >= 0.90 * rate,
+    )
+    assert s["status"] == "ok", s.get("error")
+    (high,) = flows(s, **{"class": "high"})
+    (low,) = flows(s, **{"class": "low"})
+    assert low["goodput_bps"] <= 0.05 * rate, f"low got {low['goodput_bps'] / rate:.1%}"
+    down = link(s, "h2", "down")["classes"]  # the port on a, its host on b
+    assert down["low"]["rate_bps"] <= 0.05 * rate, down["low"]
+    assert down["high"]["rate_bps"] + down["low"]["rate_bps"] <= 1.02 * rate, down
+    rate_at_least(high["goodput_bps"], 0.90 * rate, s, "the high flow's goodput")
+    left = subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout
+    assert s["run_id"] not in left, left

@@ -173,9 +173,17 @@ def test_validate_prints_the_placement_and_up_refuses_in_one_line_creating_nothi
     assert up.returncode == 2 and "Traceback" not in up.stderr
     assert [x for x in up.stderr.splitlines() if x.strip()] == [
         f"error: {p}: machines: a run over several machines is not built yet (only its "
-        "placement: `testbed validate` prints it; docs/swarm.md); remove machines: to run it "
-        "on this one"
+        "placement: `testbed validate` prints it, and machines.emulate: true runs it on "
+        "emulated machines here; docs/swarm.md); remove machines: to run it on this one"
     ]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.yaml"]
+    # emulated machines are namespaces: the docker runtime cannot build them
+    docker = {**data, "runtime": "docker", "machines": {"nodes": ["a", "b"], "emulate": True}}
+    p.write_text(yaml.safe_dump(docker))
+    up = _cli("up", str(p), "--out", str(tmp_path / "run"), cwd=tmp_path)
+    assert up.returncode == 2 and "Traceback" not in up.stderr
+    assert "machines.emulate" in up.stderr and "use runtime: netns" in up.stderr, up.stderr
+    assert len([x for x in up.stderr.splitlines() if x.strip()]) == 1
     assert sorted(x.name for x in tmp_path.iterdir()) == ["m.yaml"]
 
 
@@ -248,11 +256,16 @@ def test_a_machines_network_is_its_part_only():
     got = partition.parts(t, machine_plan(s))
     addresses = {m: IPv4Address(f"10.0.0.{i}") for i, m in enumerate("abc", start=1)}
     state = RunState("000000", "m.yaml", "/nonexistent")
-    b = Network(t, state, Cutting(got["b"], addresses, 14789))
+    b = Network(t, state, [Cutting(got["b"], addresses, 14789)])
     assert b.namespaces == [t.host("h1").netns, t.host("h2").netns]
-    assert (b.switches, b.links, sorted(b.halves)) == ([], [], ["h1", "h2"])
-    a = Network(t, state, Cutting(got["a"], addresses, 14789))
+    assert (b.switches, b.links, [h.link for h, _ in b.halves]) == ([], [], ["h1", "h2"])
+    a = Network(t, state, [Cutting(got["a"], addresses, 14789)])
     assert a.namespaces == [t.switch("sw").netns, t.host("h4").netns]
-    assert [lk.name for lk in a.links] == ["h4"] and sorted(a.halves) == ["h1", "h2", "h3"]
+    assert [lk.name for lk in a.links] == ["h4"]
+    assert [h.link for h, _ in a.halves] == ["h1", "h2", "h3"]
     whole = Network(t, state)
-    assert whole.namespaces == t.namespaces and whole.halves == {}
+    assert whole.namespaces == t.namespaces and whole.halves == []
+    # emulated machines: every part here at once, each cut link's two halves
+    every = Network(t, state, [Cutting(got[m], addresses, 14789, f"m{m}") for m in "abc"])
+    assert sorted(every.namespaces) == sorted(t.namespaces)
+    assert [lk.name for lk in every.links] == ["h4"] and len(every.halves) == 6

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import itertools
 import logging
 import os
@@ -31,12 +32,21 @@ from testbed.core.state import STATE_DIR, RunLock, RunState, proc_start_time
 from testbed.network import netlink as nl
 from testbed.network.runtime import forkserver
 from testbed.network.runtime.base import Launch, NodeProcess
-from testbed.network.runtime.namespaces import NETNS_DIR, create_netns, remove_netns
-from testbed.network.runtime.network import Network
-from testbed.scenario.topology import TopologyPlan, link_group, parse_name
+from testbed.network.runtime.namespaces import (
+    NETNS_DIR,
+    create_netns,
+    remove_netns,
+    write_sysctl,
+)
+from testbed.network.runtime.network import Cutting, Network
+from testbed.scenario.partition import Part, parts, place
+from testbed.scenario.topology import TopologyPlan, link_group, name_of, parse_name
 
 log = logging.getLogger(__name__)
 SYS_NET = Path("/sys/class/net")  # the root namespace's interfaces
+# machines.emulate: the emulated machines' own network (link-local: it exists only between
+# their namespaces and the underlay's, never routed anywhere)
+UNDERLAY = ipaddress.IPv4Network("169.254.77.0/24")
 
 
 class NetnsRuntime:
@@ -46,10 +56,26 @@ class NetnsRuntime:
     shares_hostname = True
     renumbers_gpus = False  # a namespace sees every GPU of the machine
 
-    def __init__(self, plan: TopologyPlan, state: RunState) -> None:
+    def __init__(
+        self,
+        plan: TopologyPlan,
+        state: RunState,
+        emulated: Mapping[str, Part] | None = None,
+        port: int = 14789,
+    ) -> None:
+        """`emulated`: each machine's part of a run placed over several (machines.emulate),
+        every one built here, each machine a namespace on an unshaped underlay."""
         self.plan = plan
         self.state = state
-        self.net = Network(plan, state)
+        names = list(emulated or {})
+        self.machines = {m: name_of("emulated machine", plan.run_id, i)
+                         for i, m in enumerate(names, start=1)}  # fmt: skip
+        self.underlay = name_of("underlay", plan.run_id) if names else None
+        address = {m: UNDERLAY[i] for i, m in enumerate(names, start=1)}
+        cuts = [
+            Cutting(part, address, port, self.machines[m]) for m, part in (emulated or {}).items()
+        ]
+        self.net = Network(plan, state, cuts)
         self.classes = self.net.classes
 
     def netlink(self, ns: str) -> socket.socket:
@@ -65,12 +91,36 @@ class NetnsRuntime:
         self.net.close()
 
     def build(self) -> None:
-        """The nodes (a namespace each, named as the plan says), then the network over them."""
-        p = self.plan
-        self.state.record(*({"kind": "netns", "name": ns} for ns in p.namespaces))
-        for ns in p.namespaces:
+        """The nodes (a namespace each, named as the plan says), the emulated machines if any
+        (a namespace each, and their underlay), then the network over them."""
+        extra = [*self.machines.values(), self.underlay] if self.underlay else []
+        every = [*self.plan.namespaces, *extra]
+        self.state.record(*({"kind": "netns", "name": ns} for ns in every))
+        for ns in every:
             create_netns(ns)
+        if self.underlay is not None:
+            self._build_underlay(self.underlay)
         self.net.build()
+
+    def _build_underlay(self, underlay: str) -> None:
+        """A bridge in the underlay's namespace and a veth to each emulated machine, whose end
+        there (eth0) has the machine's address: the machines' own network, unshaped, IPv6
+        off (nothing on it but the tunnels' frames)."""
+        for ns in (underlay, *self.machines.values()):
+            write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1",
+                         "net.ipv6.conf.default.disable_ipv6", "1")  # fmt: skip
+        u = self.net.ipr(underlay)
+        u.link("add", ifname="br", kind="bridge")
+        (br,) = u.link_lookup(ifname="br")
+        u.link("set", index=br, state="up")
+        for i, ns in enumerate(self.machines.values(), start=1):
+            u.link("add", ifname=f"m{i}", kind="veth", peer={"ifname": "eth0", "net_ns_fd": ns})
+            (port,) = u.link_lookup(ifname=f"m{i}")
+            u.link("set", index=port, master=br, state="up")
+            m = self.net.ipr(ns)
+            (eth0,) = m.link_lookup(ifname="eth0")
+            m.addr("add", index=eth0, address=str(UNDERLAY[i]), prefixlen=UNDERLAY.prefixlen)
+            m.link("set", index=eth0, state="up")
 
     def spawn(
         self,
@@ -389,7 +439,10 @@ class NetnsKind:
         self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
         gpus: dict[str, list[int]],
     ) -> NetnsRuntime:  # fmt: skip
-        return NetnsRuntime(plan, state)
+        m = getattr(s, "machines", None)
+        if m is None or not m.emulate:
+            return NetnsRuntime(plan, state)
+        return NetnsRuntime(plan, state, parts(plan, place(s, plan)), m.vxlan_port)
 
     def teardown(self, state: RunState) -> list[str]:
         return teardown(state)

@@ -12,7 +12,8 @@ A run over several machines (issue 76) builds one machine's part on each (`Cutti
 nodes, the links with both ends on it, and its half of every cut link, which is the link's
 own local end made as on one machine, its peer in the machine's namespace stitched to a
 VXLAN device toward the other machine (tunnel.py). The switch port and its HTB tree, or the
-host's eth0 and its uplink queue, are the same devices as on one machine."""
+host's eth0 and its uplink queue, are the same devices as on one machine. Emulated machines
+(`machines.emulate`) are every part built here at once, each machine a namespace."""
 
 from __future__ import annotations
 
@@ -68,7 +69,6 @@ OFFLOADS_OFF = (
     "rx-gro-list",
     "rx-udp-gro-forwarding",
 )
-MACHINE = "\0machine"  # the fds key of the namespace that holds a cut link's stitch and tunnel
 # link_mode: fast keeps TCP's segments whole from the sender's stack to the receiver's; only
 # receive-side coalescing stays off, which would make packets larger than the sender made them
 RX_COALESCING = ("rx-gro", "rx-gro-list", "rx-udp-gro-forwarding")
@@ -139,23 +139,30 @@ class Cutting:
     management: bool = True
 
 
+def machine_key(c: Cutting) -> str | None:
+    """The build's fds key of the namespace that holds part `c`'s stitches and tunnels: the
+    root namespace's (None) on a machine of its own, else "\0" and its name."""
+    return None if c.machine_ns is None else f"\0{c.machine_ns}"
+
+
 class Network:
     """The emulated network of `plan` over its nodes' namespaces, whatever made them (the
     runtime's part): each link, address, route and the management path, every object recorded
     in `state` first; the netlink sockets of each namespace, and the class counters. With
-    `cutting`, only that machine's part of it."""
+    `cuts`, only those machines' parts of it (one on a machine of a run across several; every
+    one with emulated machines)."""
 
-    def __init__(self, plan: TopologyPlan, state: RunState, cutting: Cutting | None = None) -> None:
+    def __init__(self, plan: TopologyPlan, state: RunState, cuts: Sequence[Cutting] = ()) -> None:
         self.plan = plan
         self.state = state
-        self.cutting = cutting
-        here = None if cutting is None else set(cutting.part.nodes)
+        self.cuts = list(cuts)
+        here = {n for c in cuts for n in c.part.nodes} if cuts else None
         self.switches = [sw for sw in plan.switches if here is None or sw.name in here]
         self.hosts = [h for h in plan.hosts if here is None or h.name in here]
         self.namespaces = [*(sw.netns for sw in self.switches), *(h.netns for h in self.hosts)]
-        local = None if cutting is None else set(cutting.part.links)
+        local = {name for c in cuts for name in c.part.links} if cuts else None
         self.links = [lk for lk in plan.links if local is None or lk.name in local]
-        self.halves = {} if cutting is None else {h.link: h for h in cutting.part.halves}
+        self.halves = [(half, c) for c in cuts for half in c.part.halves]
         self._iprs: dict[str | None, IPRoute] = {}
         self._netlink: dict[str, socket.socket] = {}
         self.classes = ClassReader(self.netlink)
@@ -200,8 +207,7 @@ class Network:
         the far namespace), then, once they all exist, addresses, routes and management.
         Every namespace of the plan exists already (the runtime made its nodes)."""
         p = self.plan
-        c = self.cutting
-        management = c is None or c.management
+        management = not self.cuts or any(c.management for c in self.cuts)
         fds: dict[str | None, int] = {}
         try:
             # what lands in the root namespace (or the machine's) is recorded before it exists
@@ -213,18 +219,18 @@ class Network:
                 )
             root += [{"kind": "link", "netns": None, "name": h.mgmt_peer, "type": "veth"}
                      for h in self.hosts]  # fmt: skip
-            if c is not None:
-                root += [
-                    {"kind": "link", "netns": c.machine_ns, "name": name, "type": kind}
-                    for half in self.halves.values()
-                    for name, kind in ((half.stitch, "veth"), (half.tunnel, "vxlan"))
-                ]
+            root += [
+                {"kind": "link", "netns": c.machine_ns, "name": name, "type": kind}
+                for half, c in self.halves
+                for name, kind in ((half.stitch, "veth"), (half.tunnel, "vxlan"))
+            ]
             self.state.record(*root)
             for ns in self.namespaces:
                 fds[ns] = netns_fd(ns)
             fds[None] = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            machine = fds[None] if c is None or c.machine_ns is None else netns_fd(c.machine_ns)
-            fds[MACHINE] = machine
+            for c in self.cuts:  # where each part's stitches go: its machine's namespace
+                if c.machine_ns is not None and machine_key(c) not in fds:
+                    fds[machine_key(c)] = netns_fd(c.machine_ns)
             create = {ns: nl.Batch(ns, self.netlink(ns)) for ns in self.namespaces}
             configure = {ns: nl.Batch(ns, self.netlink(ns)) for ns in self.namespaces}
             for ns in self.namespaces:
@@ -240,11 +246,13 @@ class Network:
                 self._build_link(lk, create[lk.a.netns], create[lk.b.netns], fds)
                 peer = lk.a if lk.tier == "host" else lk.b  # the end placed from afar
                 configure[peer.netns].add(nl.link_up(peer.index), f"{peer.ifname} up")
+            halves_of: dict[str, list[tuple[Half, Cutting]]] = {}
+            for half, c in self.halves:
+                halves_of.setdefault(half.link, []).append((half, c))
             for lk in p.links:
-                half = self.halves.get(lk.name)
-                if half is not None:
+                for half, c in halves_of.get(lk.name, []):
                     end = lk.a if half.end == "a" else lk.b
-                    self._build_half(lk, half, create[end.netns], fds[MACHINE])
+                    self._build_half(lk, half, create[end.netns], fds[machine_key(c)])
                 for end in (lk.a, lk.b):
                     if end.address is not None and end.netns in create:
                         configure[end.netns].add(
@@ -263,15 +271,15 @@ class Network:
             for fd in set(fds.values()):
                 os.close(fd)
         off = RX_COALESCING if p.fast else OFFLOADS_OFF
-        ends = [(lk.a, lk.b) for lk in self.links] + [
-            ((lk.a,) if self.halves[lk.name].end == "a" else (lk.b,))
-            for lk in p.links
-            if lk.name in self.halves
+        by_name = {lk.name: lk for lk in p.links}
+        ends = [e for lk in self.links for e in (lk.a, lk.b)] + [
+            by_name[half.link].a if half.end == "a" else by_name[half.link].b
+            for half, _ in self.halves
         ]
         for sw in self.switches:
-            ports = [e.ifname for pair in ends for e in pair if e.node == sw.name]
+            ports = [e.ifname for e in ends if e.node == sw.name]
             disable_offloads(sw.netns, ports, off)
-        if c is not None and self.halves:
+        for c in self.cuts:
             self._stitch(c, off)
         for h in self.hosts:
             disable_offloads(h.netns, [h.data_if], off)
@@ -324,13 +332,15 @@ class Network:
         """Each half's stitch veth up in the machine's namespace and its VXLAN device toward
         the other machine, stitched to it (tunnel.py), both with offloads off as every port's
         and IPv6 off."""
+        if not c.part.halves:
+            return
         ipr = self.ipr(c.machine_ns)
         local = c.address[c.part.machine]
 
         def ipv6_off(name: str) -> None:  # the machine's own frames stay out of the network
             write_sysctl(c.machine_ns, f"net.ipv6.conf.{name}.disable_ipv6", "1")
 
-        for half in self.halves.values():
+        for half in c.part.halves:
             (index,) = ipr.link_lookup(ifname=half.stitch)
             ipv6_off(half.stitch)
             ipr.link("set", index=index, state="up")
