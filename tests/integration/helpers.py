@@ -362,3 +362,25 @@ def settled(read: Callable[[], Any], quiet: float = 0.3, most: float = 5.0) -> A
             return now
         last = now
     return last
+
+
+def send(src_ns: str, dst_ns: str, dst_ip: str, size: int) -> int:
+    """`size` bytes of TCP from one host to another; the bytes the receiver counted."""
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", dst_ns, "python3", "-c",
+         "import socket\ns=socket.create_server(('0.0.0.0', 5201))\nc,_=s.accept()\nn=0\n"
+         "while (b:=c.recv(1<<16)): n+=len(b)\nprint(n)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        client = subprocess.run(["ip", "netns", "exec", src_ns, "python3", "-c",
+                       "import socket,time\nfor _ in range(50):\n try:\n"
+                       f"  c=socket.create_connection(('{dst_ip}',5201));break\n"
+                       " except OSError: time.sleep(0.1)\n"
+                       f"c.sendall(bytes({size}));c.close()"],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert client.returncode == 0, client.stderr
+        out, _ = server.communicate(timeout=60)
+    finally:
+        server.kill()
+    return int(out)

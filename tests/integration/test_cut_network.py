@@ -25,7 +25,7 @@ from testbed.scenario import partition
 from testbed.scenario.resolve import load_scenario_data
 from testbed.scenario.topology import build_plan
 
-from .helpers import settled
+from .helpers import send, settled
 from .test_runtime import in_ns
 
 pytestmark = pytest.mark.integration
@@ -41,27 +41,6 @@ def ip(*args: str) -> None:
 def packets(ns: str, dev: str) -> dict[str, int]:
     (x,) = json.loads(in_ns(ns, "ip", "-j", "-s", "link", "show", dev).stdout)
     return {"tx": x["stats64"]["tx"]["packets"], "rx": x["stats64"]["rx"]["packets"]}
-
-
-def send(src_ns: str, dst_ns: str, dst_ip: str, size: int) -> int:
-    """`size` bytes of TCP from one host to another; the bytes the receiver counted."""
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", dst_ns, "python3", "-c",
-         "import socket\ns=socket.create_server(('0.0.0.0', 5201))\nc,_=s.accept()\nn=0\n"
-         "while (b:=c.recv(1<<16)): n+=len(b)\nprint(n)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        client = in_ns(src_ns, "python3", "-c",
-                       "import socket,time\nfor _ in range(50):\n try:\n"
-                       f"  c=socket.create_connection(('{dst_ip}',5201));break\n"
-                       " except OSError: time.sleep(0.1)\n"
-                       f"c.sendall(bytes({size}));c.close()")  # fmt: skip
-        assert client.returncode == 0, client.stderr
-        out, _ = server.communicate(timeout=60)
-    finally:
-        server.kill()
-    return int(out)
 
 
 def test_a_run_built_in_parts_on_two_machines_is_one_network():

@@ -21,7 +21,7 @@ from pyroute2 import NetNS
 from testbed.core.hostcpu import SOFTNET, softnet_drops
 from testbed.network.tunnel import Tunnel, build
 
-from .helpers import settled
+from .helpers import send, settled
 from .test_runtime import in_ns
 
 MTU, PORT, VNI = 1450, 14789, 4242
@@ -106,23 +106,7 @@ def test_a_cut_link_carries_every_frame_whole_between_two_machines():
         # (1 of ~14,000 lost in 2 runs of 10 here), are the ping's, which it retries
         before, drops = read(), softnet_drops(SOFTNET.read_text())
         size = 20_000_000
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", ns["nb"], "python3", "-c",
-             "import socket\ns=socket.create_server(('0.0.0.0', 5201))\nc,_=s.accept()\nn=0\n"
-             "while (b:=c.recv(1<<16)): n+=len(b)\nprint(n)"],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            client = in_ns(ns["na"], "python3", "-c",
-                           "import socket,time\nfor _ in range(50):\n try:\n"
-                           f"  c=socket.create_connection(('{NODES['b']}',5201));break\n"
-                           " except OSError: time.sleep(0.1)\n"
-                           f"c.sendall(bytes({size}));c.close()")  # fmt: skip
-            assert client.returncode == 0, client.stderr
-            out, _ = server.communicate(timeout=60)
-        finally:
-            server.kill()
-        assert int(out) == size
+        assert send(ns["na"], ns["nb"], NODES["b"], size) == size
         after, drops = read(), softnet_drops(SOFTNET.read_text()) - drops
         a, b, va, vb = ({k: x[k] - x0[k] for k in x} for x, x0 in zip(after, before, strict=True))
         # none lost, none doubled; except what a CPU's full receive backlog dropped, which is
