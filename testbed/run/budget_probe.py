@@ -32,6 +32,7 @@ PROBE_RATE = 100_000_000_000  # 100 Gbit/s per direction: above what any machine
 FLOWS = 8
 KIND_HOSTS = 8
 KIND_LINK = "100mbit"  # wall rate, as a thesis cell's 10 Gbit/s at ×100
+CARRIED_AT_LEAST = 0.2  # of the load a kind's probe asks (heavy-tailed flow sizes vary)
 
 
 def _uplinks_bps(summary: dict[str, Any]) -> float:
@@ -45,14 +46,18 @@ def _uplinks_bps(summary: dict[str, Any]) -> float:
 
 
 def _run(data: dict[str, Any], what: str) -> dict[str, Any]:
-    s = load_scenario_data(data, what)
+    return _run_scenario(load_scenario_data(data, what))
+
+
+def _run_scenario(s: Scenario) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tb-budget-") as d:
         return run(s, out=Path(d) / "run").summary
 
 
-def kind_cost(kind: str, mode: str) -> float:
-    """CPU seconds a wire byte of `kind` costs this machine in `mode` (module docstring)."""
-    data = {
+def probe_data(kind: str, mode: str) -> dict[str, Any]:
+    """The scenario of `kind`'s CPU-cost probe: the kind alone (its `probe` entry) on
+    KIND_HOSTS hosts at KIND_LINK, 6 s with a 1 s warm-up."""
+    return {
         "name": f"cpu-cost-{kind}",
         "duration": "6s",
         "measure": {"warmup": "1s", "cooldown": "0s", "drain": "0.5s"},
@@ -61,15 +66,37 @@ def kind_cost(kind: str, mode: str) -> float:
         "tc_profile": "fifo",
         "workloads": {kind: kinds.get(kind).probe()},  # type: ignore[misc]
     }
-    summary = _run(data, f"the {kind} CPU-cost probe")
+
+
+def kind_cost(kind: str, mode: str) -> float:
+    """CPU seconds a wire byte of `kind` costs this machine in `mode` (module docstring).
+    A probe whose hosts carried under CARRIED_AT_LEAST of the load its kind's `work` asks
+    measured its setup, not its work, and is refused rather than kept until the next boot."""
+    s = load_scenario_data(probe_data(kind, mode), f"the {kind} CPU-cost probe")
+    summary = _run_scenario(s)
     wire = _uplinks_bps(summary)
     if summary["status"] != "ok" or wire <= 0:
         raise RuntimeError(
             f"the {kind} CPU-cost probe carried nothing ({summary['status']}: "
             f"{summary.get('error')})"
         )
+    asked = asked_bps(s)
+    if wire < CARRIED_AT_LEAST * asked:
+        raise RuntimeError(
+            f"the {kind} CPU-cost probe carried {wire / 1e6:.3g} Mbit/s of the "
+            f"{asked / 1e6:.3g} its workload asks: its probe() measures its setup, not its work"
+        )
     cpu = summary["host_cpu"]
     return float(cpu["busy"] * cpu["cores"] * 8 / wire)
+
+
+def asked_bps(s: Scenario) -> float:
+    """Payload bits/s the scenario's workloads ask for together (their kinds' `work`)."""
+    return sum(
+        kinds.get(w.kind).work(w, s) or 0.0  # type: ignore[misc]
+        for w in s.workloads.values()
+        if kinds.get(w.kind).work is not None
+    )
 
 
 def _carried(hosts: int, mode: str) -> float:

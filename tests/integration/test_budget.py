@@ -10,8 +10,10 @@ import math
 import pytest
 import yaml
 
+from testbed.run import budget_probe
 from testbed.run.budget_probe import machine_budget
 from testbed.scenario import budget
+from testbed.workloads import kinds
 
 from .helpers import ROOT, run_cli
 
@@ -82,6 +84,15 @@ def test_the_budget_is_kept_until_the_next_boot(machine):
     assert kept.all_flows_bps == machine.all_flows_bps
     # the kinds' CPU costs measured since (an incast's above) are kept beside the links'
     assert machine.kind_costs.items() <= kept.kind_costs.items(), (machine, kept)
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in kinds.names() if kinds.get(k).probe))
+def test_each_kinds_probe_carries_its_work_at_a_cost_a_byte_like_the_kernels(kind):
+    """Each kind's CPU-cost probe, run now: it carried at least a fifth of the load it asks
+    (kind_cost refuses it otherwise: the ensemble's once carried only its setup and priced a
+    byte at 183 µs, every ensemble run "121925 % busy"), and a wire byte cost under 1 µs of
+    CPU (2026-12-07 here: 33-99 ns for every kind; 1 µs would be 1 MB/s a core)."""
+    assert 0 < budget_probe.kind_cost(kind, "exact") < 1e-6
 
 
 def thesis_r4(tmp_path, name: str, **over) -> tuple[dict, object]:

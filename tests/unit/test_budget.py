@@ -6,6 +6,7 @@ import pytest
 from testbed.scenario import budget
 from testbed.scenario.budget import Budget
 from testbed.scenario.resolve import load_scenario_data
+from testbed.workloads import kinds
 
 
 def scenario(**over):
@@ -250,3 +251,30 @@ def test_a_job_is_priced_by_its_backends_probe():
     )  # fmt: skip
     assert budget.probed_kinds(s) == ["torch-ddp"]
     assert budget.cpu_demand(s, MEASURED) == {"horovod": pytest.approx(0.95, abs=0.005)}
+
+
+PROBE_WINDOW_S = 6 - 1  # budget_probe.probe_data: 6 s, 1 s of warm-up
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in kinds.names() if kinds.get(k).probe))
+def test_each_kinds_probe_asks_a_load_its_links_carry_and_its_window_sees(kind):
+    """A probe that asks nothing of its links, or more than they carry, prices the wrong thing:
+    its load, by hand from its own fields, is between 1 % and 100 % of the 8 × 100 Mbit/s."""
+    from testbed.run import budget_probe
+
+    s = load_scenario_data(budget_probe.probe_data(kind, "exact"), "probe")
+    asked = budget_probe.asked_bps(s)
+    assert 0.01 * 8 * 100e6 < asked < 8 * 100e6, asked
+
+
+def test_the_ensemble_probe_finishes_many_blocks_in_its_window():
+    """The ensemble's probe once kept the default 32-image block at 2 images/s: 16 s a block,
+    nothing carried in a 5 s window but the connections' setup, ~180 µs a byte. Its blocks
+    now take 1 / 2 images/s = 0.5 s: ten in the window, 2 × 150,528 B × 7 peers a second
+    from each host (16.9 Mbit/s)."""
+    from testbed.run import budget_probe
+
+    s = load_scenario_data(budget_probe.probe_data("ensemble", "exact"), "probe")
+    w = s.workloads["ensemble"]
+    assert w.batch / w.preprocess_rate * 10 <= PROBE_WINDOW_S
+    assert budget_probe.asked_bps(s) == pytest.approx(8 * 2 * 150_528 * 7 * 8, rel=1e-6)
