@@ -6,7 +6,14 @@ import pytest
 
 from testbed.core.errors import ScenarioError
 from testbed.scenario.resolve import load_scenario_data
-from testbed.workloads.ensemble.controller import link_load, over_limit, round_bytes_in, window_rate
+from testbed.workloads.ensemble.controller import (
+    bytes_per_image,
+    counted_span,
+    link_load,
+    over_limit,
+    round_bytes_in,
+    window_rate,
+)
 
 BLOCK = 8 * 150_528  # bytes of a preprocessed block: batch 8, 224·224·3 images
 RAW = 8 * 110_000  # bytes of a raw block
@@ -144,12 +151,37 @@ def test_the_pattern_load_on_its_busiest_link_by_hand():
     15 MB · 8 / 100 Mbit/s = 1.2 s of the 2, the busiest; h1's downlink 0.88 s."""
     topo = ensemble_topology()
     at = {
-        "h1": {"start": {"received": {"h2": 1000}}, "stop": {"received": {"h2": 10_001_000, "h3": 1_000_000}}},
-        "h3": {"start": {"received": {}}, "stop": {"received": {"h2": 5_000_000}}},
-        "h4": {"start": {"received": {}}},  # no second read: nothing
+        "h1": {"start": {"t": 10.0, "received": {"h2": 1000}},
+               "stop": {"t": 12.0, "received": {"h2": 10_001_000, "h3": 1_000_000}}},
+        "h3": {"start": {"t": 10.0, "received": {}}, "stop": {"t": 12.0, "received": {"h2": 5_000_000}}},
+        "h4": {"start": {"t": 10.0, "received": {}}},  # no second read: nothing
     }  # fmt: skip
     assert link_load(topo, at, 2.0) == {"max": pytest.approx(0.6), "link": "h2 up"}
     assert link_load(topo, {}, 2.0) == {"max": None, "link": None}
+
+
+def test_counters_read_late_are_over_their_own_time_not_the_windows():
+    """2026-12-07, ensemble-peak-half's 1 Gbit/s single-broadcast n = 8: the machine stood still
+    at the window's start, every node read its counters 14 s late, 11.9 s of a 26 s window.
+    Over the 26 s the busiest link read 0.43 loaded and 87.6 kB were sent per image of 150.5;
+    over the nodes' own 11.9 s, 0.95 and 150.2 kB. Here: the bytes above read 1 s apart in a
+    2 s window keep h2's uplink 1.2 s busy of 1, and 2 rounds of 4 images each, 3 B a round
+    sent, are 3 / 4 B an image."""
+    topo = ensemble_topology()
+
+    def read(t, received, preprocessed, rounds):
+        return {"t": t, "received": received, "rounds": rounds,
+                "sent": {"raw": 0, "preprocessed": preprocessed}}  # fmt: skip
+
+    at = {
+        "h1": {"start": read(11.0, {"h2": 1000}, 0, 1),
+               "stop": read(12.0, {"h2": 10_001_000, "h3": 1_000_000}, 2, 2)},
+        "h3": {"start": read(11.0, {}, 0, 0), "stop": read(12.0, {"h2": 5_000_000}, 4, 1)},
+    }  # fmt: skip
+    assert counted_span(at) == pytest.approx(1.0)
+    assert link_load(topo, at, 2.0)["max"] == pytest.approx(1.2)
+    assert bytes_per_image(at, ["h1", "h3"], 4) == pytest.approx(6 / 8)
+    assert counted_span({"h4": {"start": {"t": 1.0}}}) is None
 
 
 def ensemble_topology():

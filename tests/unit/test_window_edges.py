@@ -38,3 +38,14 @@ def test_a_cooldown_covers_a_late_read(caplog, read_at):
     with caplog.at_level(logging.WARNING):
         late_edges(w, snap(101.0), snap(read_at))
     assert not caplog.records
+
+
+def test_a_start_edge_read_seconds_late_says_the_machine_stood_still():
+    """2026-12-07: a start edge read 6.85 s late (steal 0 %) and nothing said it; the
+    workloads' own edges were 14 s late. Said through the run's warnings, with the time left."""
+    w = Window(t0=100.0, duration=30.0, warmup=10.0, cooldown=0.0, drain=0.0)
+    said: list[str] = []
+    assert late_edges(w, snap(116.85), snap(130.0), said.append) == [6.85, 0.0]
+    (msg,) = said
+    assert "6.85 s after the measured window began" in msg and "13.2 s after" in msg
+    assert late_edges(w, snap(110.9), snap(130.0), said.append) == [0.9, 0.0] and len(said) == 1

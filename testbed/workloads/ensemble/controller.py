@@ -77,6 +77,20 @@ def sent_in(counters: dict[str, dict[str, Any]]) -> dict[str, int]:
     return sent
 
 
+def bytes_per_image(
+    counters: dict[str, dict[str, Any]], models: list[str], images: int
+) -> float | None:
+    """Bytes every node sent between its reads per image the models completed between theirs
+    (images: a round's): both over the counters' own time, which is less than the window where
+    the machine stood still at an edge."""
+    done = sum(
+        counters[m]["stop"]["rounds"] - counters[m]["start"]["rounds"]
+        for m in models
+        if edge_span(counters.get(m, {})) is not None
+    )
+    return sum(sent_in(counters).values()) / (done * images) if done else None
+
+
 def window_rate(at: dict[str, Any], per_round: int, images: int) -> float | None:
     """A model's images/s in the window from its counters at the edges: the rounds it
     completed between the reads (what it trained on), but never more than the bytes its
@@ -94,10 +108,20 @@ def window_rate(at: dict[str, Any], per_round: int, images: int) -> float | None
     return min(done, got / per_round * images / span)
 
 
+def counted_span(counters: dict[str, dict[str, Any]]) -> float | None:
+    """Seconds the nodes' counters cover: the mean time between each node's two reads. The
+    window's span where they read on time; less where the machine stood still at an edge
+    (2026-12-07: every node read its start 14 s late, 11.9 s of a 26 s window)."""
+    spans = [s for at in counters.values() if (s := edge_span(at)) is not None]
+    return sum(spans) / len(spans) if spans else None
+
+
 def link_load(topology: Any, counters: dict[str, dict[str, Any]], span: float) -> dict[str, Any]:
-    """The busiest link's share of its wire time over the window taken by the bytes the pattern
-    delivered (every stream's, as its receiver's kernel counted them): payload only, so at most
-    1448/1514 with TCP's timestamps, whichever models ran ahead of the others."""
+    """The busiest link's share of its wire time taken by the bytes the pattern delivered
+    (every stream's, as its receiver's kernel counted them) between the nodes' reads (span
+    where they made none): payload only, so at most 1448/1514 with TCP's timestamps, whichever
+    models ran ahead of the others."""
+    span = counted_span(counters) or span
     moved = [
         (src, host, got - at["start"]["received"].get(src, 0))
         for host, at in counters.items()
@@ -181,9 +205,10 @@ class Ensemble(Controller):
             w.writeheader()
             w.writerows(rows)
         win = self.window
-        span = max(0.0, min(win.stop, win.end) - max(win.start, win.t0))
+        window_span = max(0.0, min(win.stop, win.end) - max(win.start, win.t0))
         measured = [r for r in rows if r["measured"] == "True"]
         counters = self._edge_counters()
+        span = counted_span(counters) or window_span  # what the rates are over
         per_round = round_bytes_in(c)
         per_model = {
             m: window_rate(counters.get(m, {}), per_round[m], d.images_per_round) for m in d.models
@@ -196,7 +221,6 @@ class Ensemble(Controller):
                 pace[h] = (at["stop"]["produced"] - at["start"]["produced"]) * c.batch / edges
         waits = waits_in(rows, d.models, win.start, win.stop)
         sent = sent_in(counters)
-        delivered = sum(int(r["images"]) for r in measured)
         limit = min(x for x in (d.preprocess_limit, d.network_limit) if x is not None)
         n = len(d.models)
         together = n * d.network_limit if d.network_limit is not None else None
@@ -227,6 +251,7 @@ class Ensemble(Controller):
             },
             "rate_over_limit": over_limit(c.pattern, rates, d.preprocess_limit, limit, together),
             "link_load": link_load(self.s.topology, counters, span),
+            "counted_s": {"window": window_span, "counters": counted_span(counters)},
             "preprocessing_rate": {
                 "per_host": pace,
                 "max": max(pace.values(), default=None),
@@ -234,8 +259,8 @@ class Ensemble(Controller):
                 "allowed": c.preprocess_rate + c.batch / span if span else None,
             },
             "wait_share": {
-                "mean": sum(waits.values()) / len(waits) / span if span else None,
-                "max": max(waits.values()) / span if span else None,
+                "mean": sum(waits.values()) / len(waits) / window_span if window_span else None,
+                "max": max(waits.values()) / window_span if window_span else None,
             },
             "wait_s": {
                 k: describe([float(r["wait_s"]) for r in measured])[k] for k in ("mean", "p99")
@@ -243,7 +268,7 @@ class Ensemble(Controller):
             "round_bytes": d.round_bytes,
             "bytes_sent": {
                 **sent,
-                "per_image": sum(sent.values()) / delivered if delivered else None,
+                "per_image": bytes_per_image(counters, d.models, d.images_per_round),
             },
             "dscp": d.dscp,
             "class": d.tc_class,
@@ -271,6 +296,13 @@ class Ensemble(Controller):
                 f"{self.name}: {h} preprocessed {fast[h]:.1f} images/s in the window, above "
                 f"the configured {self.cfg.preprocess_rate:g} (at most {pre['allowed']:.1f} with "
                 "a block begun before it): the emulated preprocessing ran faster than configured"
+            )
+        counted = section.get("counted_s") or {}
+        if counted.get("counters") and counted["counters"] < 0.9 * counted["window"]:
+            out.append(
+                f"{self.name}: its nodes' counters cover {counted['counters']:.1f} s of the "
+                f"{counted['window']:.1f} s window (read late: the machine stood still); its "
+                "rates and link load are over that time, a round being a larger share of it"
             )
         limit = section["limits"]["limit"]  # its uplink share, or its preprocessing if slower
         if section["pattern"] == "duplicated":
