@@ -18,7 +18,13 @@ import matplotlib
 import yaml
 
 from testbed.scenario.resolve import load_scenario_data
-from testbed.workloads.ensemble.controller import round_bytes_in, window_rate
+from testbed.workloads.ensemble.controller import (
+    bytes_per_image,
+    counted_span,
+    link_load,
+    round_bytes_in,
+    window_rate,
+)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -44,10 +50,10 @@ def rows(sweep: Path) -> list[dict]:
             "rate": sum(rates) / len(rates), "min": min(rates), "total": sum(rates),
             "together": e["limits"]["together"],
             "resolution": recount_resolution(p, s),
-            "load": (e.get("link_load") or {}).get("max"),
+            "load": recount_load(p, s),
             "pre": e["limits"]["preprocess"], "net": e["limits"]["network"],
             "limit": e["limits"]["limit"], "link": e["limits"].get("busiest_link"),
-            "wait": e["wait_share"]["mean"], "per_image": e["bytes_sent"]["per_image"],
+            "wait": e["wait_share"]["mean"], "per_image": recount_per_image(p),
         })  # fmt: skip
     return out
 
@@ -69,9 +75,36 @@ def recount(run: Path, k: float) -> list[float]:
     return out
 
 
+def _counters(run: Path) -> dict[str, dict]:
+    """host → its counters at the window's edges, as the kind reads them."""
+    return {
+        f.name[len("rounds-") : -len("-bytes.json")]: json.loads(f.read_text())
+        for f in sorted((run / "ensemble").glob("rounds-*-bytes.json"))
+    }
+
+
+def _span(run: Path, s: dict) -> float:
+    """Seconds the rates are over (wall clock): the nodes' reads, else the window."""
+    return counted_span(_counters(run)) or s["window"]["span_s"]
+
+
 def recount_resolution(run: Path, s: dict) -> float:
-    """One round over the window, images/s (scenario time)."""
-    return _config(run).d.images_per_round / s["window"]["span_s"]
+    """One round over the time the counters cover, images/s (scenario time)."""
+    return _config(run).d.images_per_round / _span(run, s) * s["time_scale"]
+
+
+def recount_per_image(run: Path) -> float | None:
+    """Bytes sent per image completed, both between the nodes' reads, as the kind counts them."""
+    c = _config(run)
+    return bytes_per_image(_counters(run), c.d.models, c.d.images_per_round)
+
+
+def recount_load(run: Path, s: dict) -> float | None:
+    """The busiest link's load over the time the counters cover, as the kind computes it
+    (scenario.yaml's rates are the scenario's, K times the wall clock's the bytes ran at)."""
+    topo = load_scenario_data(yaml.safe_load((run / "scenario.yaml").read_text()), str(run))
+    load = link_load(topo.topology, _counters(run), _span(run, s))["max"]
+    return None if load is None else load * s["time_scale"]
 
 
 def table(rs: list[dict]) -> str:
