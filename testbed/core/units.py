@@ -162,6 +162,15 @@ def format_rate(bits: int) -> str:
     return f"{bits}bit"
 
 
+def format_rate_about(bits: float) -> str:
+    """A measured or derived rate to 3 significant figures in the largest unit it reaches
+    (36.9 Mbit/s), where format_rate writes only values its units divide exactly."""
+    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if abs(bits) >= scale:
+            return f"{bits / scale:.3g} {unit}"
+    return f"{bits:.3g} bit/s"
+
+
 def format_duration(seconds: float) -> str:
     if seconds == 0:
         return "0s"

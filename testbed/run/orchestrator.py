@@ -254,6 +254,9 @@ def _claimed(
     except Interrupted as e:
         status, error = "interrupted", f"stopped by {e.signame}"
         log.warning("run %s: %s; tearing down", run_id, error)
+    except ScenarioError as e:  # refused on what the run measured first (admission)
+        status, error = "refused", str(e)
+        log.error("run %s refused: %s", run_id, e)
     except TestbedError as e:
         status, error = "failed", str(e)
         log.error("run %s failed: %s", run_id, e)
@@ -274,6 +277,8 @@ def _claimed(
         raise Interrupted(error or "")
     if status == "failed":
         raise RunFailure(f"{error} (run folder: {run_dir})")
+    if status == "refused":
+        raise ScenarioError(error or "")
     if problems:
         raise RunFailure(f"teardown incomplete: {'; '.join(problems)}; run `testbed down`")
     return result
@@ -321,7 +326,7 @@ def _live(
     time. With `hold`, the network stays up after the workloads (or without any) until the
     hold ends."""
     topo = build_plan(s, c.state.run_id)
-    rt = runtimes.get(s.runtime).create(topo, c.state, s, c.run_dir, image, devices(s))
+    rt = runtimes.get(s.runtime).create(topo, c.state, s, c.run_dir, image, devices(s), time_scale)
     live = LiveRun(s, topo, rt, c.state, c.run_dir, ui, stop, warnings, time_scale)
     try:
         live.build()

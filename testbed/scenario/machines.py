@@ -3,9 +3,11 @@
 A scenario names the machines it may use (Swarm nodes, by hostname) and, optionally, pins a
 switch or a host to one of them; partition.py places the rest (a switch with its hosts, a
 graph partition weighted by the links' rates) and lists the links the placement cuts, each of
-which becomes a VXLAN tunnel between two machines. What is built so far is the placement:
-`testbed validate` prints it and its cut; `up` and `sweep` refuse the section in one line
-until the agents that build each machine's part exist (docs/swarm.md says what is left).
+which becomes a VXLAN tunnel between two machines. `testbed validate` prints the placement
+and its cut. With `emulate`, every machine is a namespace here and the run is real (tunnels,
+admission's probe of the machines' network); across real machines `up` and `sweep` refuse
+the section in one line until the agents that build each machine's part exist
+(docs/swarm.md says what is left).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
-from testbed.core.fields import STRICT, FieldProblem
+from testbed.core.fields import STRICT, FieldProblem, Rate
 
 VXLAN_OVERHEAD = 50  # bytes: outer IPv4 20 + UDP 8 + VXLAN 8 + the inner Ethernet header 14
 DOCKER_VXLAN_PORT = 4789  # Docker overlay networks' (and the IANA) VXLAN port
@@ -76,8 +78,17 @@ class Machines(BaseModel):
     emulate: bool = Field(
         False,
         description="build every machine's part on this one, each machine a network namespace "
-        "joined to the others by an unshaped underlay: the cut links' tunnels and the "
-        "placement run for real, without other machines (tests, benchmarks; runtime netns)",
+        "joined to the others by an underlay (unshaped unless underlay_rate): the cut links' "
+        "tunnels and the placement run for real, without other machines (tests, benchmarks; "
+        "runtime netns)",
+    )
+
+    underlay_rate: Rate | None = Field(
+        None,
+        ge=1_000_000,
+        description="with emulate: each emulated machine's link to the others shaped to this "
+        "rate each way, on this machine's clock (not dilated: it stands for the machines' own "
+        "network); admission then probes what it carries (default: unshaped)",
     )
 
     @field_validator("vxlan_port")
@@ -92,6 +103,12 @@ class Machines(BaseModel):
 
     @model_validator(mode="after")
     def _names(self) -> Machines:
+        if self.underlay_rate is not None and not self.emulate:
+            raise FieldProblem(
+                ("underlay_rate",),
+                "shapes the emulated machines' network: it needs emulate: true (real machines' "
+                "network is probed as it is); remove underlay_rate",
+            )
         seen: set[str] = set()
         for i, m in enumerate(self.nodes):
             if m.name in seen:

@@ -18,13 +18,14 @@ port already shaped: its rate, over time_scale, in each direction.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from testbed.core.fields import FieldProblem
-from testbed.core.units import format_rate
+from testbed.core.units import format_rate, format_rate_about
 from testbed.scenario.topology import TopologyPlan, name_of
 
 SEED = 1  # METIS's own random seed: the same scenario, the same placement
@@ -295,23 +296,38 @@ def admit(
 ) -> str | None:
     """Why the cut does not fit the machines' network (None: it fits). `probed`: bit/s that a
     few seconds of TCP carried through a tunnel between each pair of machines, each way,
-    keyed (sender, receiver); the cut's demand is its links' rates over `time_scale`, and must
-    stay within `margin` of the slower direction. The link budget's rule, extended to the cut:
-    the one line names the pair, the figures and the whole time_scale that fits."""
-    worst: tuple[float, str] | None = None
-    for (a, b), bps in sorted(cut_demand(plan).items()):
+    keyed (sender, receiver); the cut's demand is its links' rates over `time_scale`. Each
+    pair's links must stay within `margin` of the slower direction's figure, and each
+    machine's links to all others within `margin` of the best figure any of its pairs got:
+    its own link to the others carries them all at once, where each pair was probed alone.
+    The link budget's rule, extended to the cut: the one line names the pair or the
+    machine, the figures and the whole time_scale that fits."""
+    demand = cut_demand(plan)
+    worst: tuple[int, str] | None = None
+
+    def over(bps: int, carried: float, what: str) -> None:
+        nonlocal worst
+        k = math.ceil(bps / (margin * carried))
+        if bps / time_scale > margin * carried and (worst is None or k > worst[0]):
+            worst = (k, (
+                f"the links cut {what} carry {format_rate_about(bps / time_scale)} each way at "
+                f"time_scale {time_scale:g}, more than {margin:.0%} of the "
+                f"{format_rate_about(carried)} their network carried in the probe; "
+                f"time_scale: {k} fits (or place fewer links across machines: machines.place)"
+            ))  # fmt: skip
+
+    best: dict[str, float] = {}
+    for (a, b), bps in sorted(demand.items()):
         carried = min(probed.get((a, b), 0.0), probed.get((b, a), 0.0))
-        need = bps / time_scale
         if carried <= 0:
             return f"machines {a} and {b}: no probe of the network between them"
-        k = math.ceil(bps / (margin * carried))
-        if need > margin * carried and (worst is None or k > worst[0]):
-            worst = (k, (
-                f"the links cut between machines {a} and {b} carry {format_rate(need)} each "
-                f"way at time_scale {time_scale:g}, more than {margin:.0%} of the "
-                f"{format_rate(carried)} their network carried in the probe; time_scale: {k} "
-                "fits (or place fewer links across them: machines.place)"
-            ))  # fmt: skip
+        over(bps, carried, f"between machines {a} and {b}")
+        for m in (a, b):
+            best[m] = max(best.get(m, 0.0), carried)
+    for m in sorted(best):
+        pairs = [p for p in demand if m in p]
+        if len(pairs) > 1:
+            over(sum(demand[p] for p in pairs), best[m], f"at machine {m} (to {len(pairs)} others)")
     return None if worst is None else worst[1]
 
 
@@ -349,6 +365,36 @@ def vni(run_id: str, n: int) -> int:
         raise ValueError(f"cut link number {n} is outside 1 … {VNI_LINKS - 1}")
     blocks = 2**24 // VNI_LINKS - 1  # block 0 left out: VNI 0 … 1023 stay the user's
     return (int(run_id, 16) % blocks + 1) * VNI_LINKS + n
+
+
+def placement_record(
+    plan: MachinePlan, probed: dict[tuple[str, str], float] | None = None
+) -> dict[str, Any]:
+    """placement.json: where every node ran, the links cut (rates each way, scenario time),
+    and what the machines' network carried between each pair in admission's probe (bit/s on
+    the machines' own clock)."""
+    return {
+        "machines": list(plan.machines),
+        "how": plan.how,
+        "machine_of": dict(plan.machine_of),
+        "cut": [dataclasses.asdict(c) for c in plan.cut],
+        "probed_bps": [
+            {"from": a, "to": b, "bps": bps} for (a, b), bps in sorted((probed or {}).items())
+        ],
+    }
+
+
+def probe_vni(run_id: str) -> int:
+    """The VNI of admission's probe tunnels (network/runtime/underlay_probe.py): number 0 of the run's
+    block, which no cut link takes."""
+    return vni(run_id, 1) - 1
+
+
+def in_scenario_time(plan: MachinePlan, time_scale: float) -> MachinePlan:
+    """`plan` placed from a run's dilated twin (its rates on this machine's clock), with its
+    cut links' rates back in scenario time, as admit() takes them."""
+    cut = tuple(replace(c, rate_bps=round(c.rate_bps * time_scale)) for c in plan.cut)
+    return replace(plan, cut=cut)
 
 
 def parts(t: TopologyPlan, plan: MachinePlan) -> dict[str, Part]:

@@ -12,9 +12,11 @@ build every part before any workload starts (the agents' barrier, not built yet)
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import subprocess
 from ipaddress import IPv4Address
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +157,97 @@ def test_strict_priority_holds_on_a_port_whose_hosts_are_on_another_machine(tmp_
     rate_at_least(high["goodput_bps"], 0.90 * rate, s, "the high flow's goodput")
     left = subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout
     assert s["run_id"] not in left, left
+
+
+def test_admission_refuses_a_cut_its_machines_network_cannot_carry(tmp_path):
+    """Two emulated machines whose network is held to 40 Mbit/s each way (machines.
+    underlay_rate), h2's 100 Mbit/s link cut between them: the probe (iperf3 each way through a
+    VXLAN tunnel as the links') carries at most 40 Mbit/s each way, under 80 % of which 100
+    Mbit/s fits only from time_scale ceil(100 / 32) = 4 on. `up` refuses in one line naming
+    the pair and the time_scale that fits, exit 2, leaving no namespace; placement.json keeps
+    the probe. At the time_scale it names, the same scenario is admitted and runs."""
+    import yaml
+
+    from tests.needs import need_binary
+
+    from .helpers import run_cli
+
+    need_binary("iperf3", "admission probes the machines' network with it")
+    data = {
+        "name": "admission",
+        "duration": "1s",
+        "measure": {"warmup": "0.2s", "cooldown": "0s"},
+        "metrics": {"prometheus": "off"},
+        "topology": {"hosts": 2, "link_rate": "100mbit"},
+        "machines": {"nodes": ["a", "b"], "place": {"sw": "a", "h2": "b"},
+                     "emulate": True, "underlay_rate": "40mbit"},
+        "workloads": {},
+    }  # fmt: skip
+    f = tmp_path / "admission.yaml"
+    f.write_text(yaml.safe_dump(data))
+    before = subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout
+    r = run_cli("up", str(f), "--out", str(tmp_path / "refused"), "--no-plots", timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.strip() and "WARNING" not in x]
+    assert (
+        "machines: the links cut between machines a and b carry 100 Mbit/s each way at "
+        "time_scale 1, more than 80% of the" in " ".join(lines)
+    ), r.stderr[-2000:]
+    k = int(r.stderr.split("time_scale: ")[-1].split()[0])
+    probed = json.loads((tmp_path / "refused" / "placement.json").read_text())["probed_bps"]
+    assert {(p["from"], p["to"]) for p in probed} == {("a", "b"), ("b", "a")}
+    # no more than the emulated network's rate each way (an upper bound on a rate: always)
+    assert all(0 < p["bps"] <= 1.02 * 40e6 for p in probed), probed
+    assert k == math.ceil(100e6 / (0.8 * min(p["bps"] for p in probed))) and k >= 4, (k, probed)
+    after = subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout
+    assert sorted(after.split()) == sorted(before.split()), after
+
+    data["time_scale"] = k
+    f.write_text(yaml.safe_dump(data))
+    r = run_cli("up", str(f), "--out", str(tmp_path / "admitted"), "--no-plots", timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((tmp_path / "admitted" / "summary.json").read_text())
+    assert s["status"] == "ok" and s["time_scale"] == k, s.get("error")
+
+
+def test_kill9_of_a_run_on_emulated_machines_leaves_no_machine_behind(tmp_path):
+    """kill -9 of `up` while a run on two emulated machines is live: its guardian removes the
+    nodes, both machines' namespaces and their network (the underlay) with their tunnels, as
+    the state file recorded them; `down` then finds nothing. Their network has the MTU that
+    machines.underlay_mtu gives (9000 here), under which the links' default 1500 B fit."""
+    import yaml
+
+    from testbed.core.state import STATE_DIR
+
+    from .helpers import run_cli, up_to_kill
+
+    data = {
+        "name": "emulated-kill",
+        "duration": "120s",
+        "measure": {"warmup": "1s", "cooldown": "0s"},
+        "metrics": {"prometheus": "off"},
+        "topology": {"hosts": 2, "link_rate": "20mbit"},
+        "machines": {"nodes": ["a", "b"], "place": {"sw": "a", "h2": "b"}, "emulate": True,
+                     "underlay_mtu": 9000},
+        "workloads": {"linkcheck": {"pattern": "ring", "short": False}},
+    }  # fmt: skip
+    f = tmp_path / "kill.yaml"
+    f.write_text(yaml.safe_dump(data))
+    run_id = "c0ffe2"
+    with up_to_kill(run_id, str(f), "--out", str(tmp_path / "run")) as up:
+        st = up.running(timeout=60)
+        names = st.namespaces()
+        machines = [n for n in names if n.startswith(f"tb-{run_id}-m")]
+        assert len(machines) == 2 and f"tb-{run_id}-underlay" in names, names
+        assert all((Path("/run/netns") / n).exists() for n in names)
+        # the machines' network is as large as underlay_mtu says; the links' 1500 fit under it
+        (eth0,) = json.loads(in_ns(machines[0], "ip", "-j", "link", "show", "eth0").stdout)
+        assert eth0["mtu"] == 9000, eth0
+        fitted = yaml.safe_load((tmp_path / "run" / "scenario.yaml").read_text())["topology"]
+        assert fitted["mtu"] == 1500, fitted
+        up.kill9()
+        up.guardian_finished()
+    assert not any((Path("/run/netns") / n).exists() for n in names), names
+    assert not (STATE_DIR / f"{run_id}.json").exists()
+    r = run_cli("down")
+    assert r.returncode == 0 and "nothing to remove" in r.stdout, r.stdout

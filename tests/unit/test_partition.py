@@ -145,6 +145,11 @@ GPU_JOB = {"train": {"kind": "torch-ddp", "hosts": ["h1", "h2"], "gpus": 1,
             {"workloads": GPU_JOB},
             "machines.nodes: host h1 runs a training job with gpus and no machine has any",
         ),
+        (
+            {"nodes": ["a", "b"], "underlay_rate": "40mbit"},
+            {},
+            "machines.underlay_rate: shapes the emulated machines' network: it needs emulate: true",
+        ),
     ],
 )
 def test_bad_machines_are_one_line_naming_the_field(machines, top, message):
@@ -201,14 +206,59 @@ def test_admission_asks_the_cut_to_fit_what_the_machines_network_carried():
     assert partition.admit(plan, 1.0, fast) is None
     slow = dict.fromkeys(pairs, 150e6)
     why = partition.admit(plan, 1.0, slow)
-    assert why is not None and why.endswith(
-        "each way at time_scale 1, more than 80% of the 150mbit their network carried in the "
-        "probe; time_scale: 2 fits (or place fewer links across them: machines.place)"
-    ), why
-    assert partition.admit(plan, 2.0, slow) is None
+    assert why is not None and "more than 80% of the 150 Mbit/s their network carried" in why
+    # a machine cut to both others carries 300 or 400 Mbit/s through its one link: at most
+    # 400 / 4 = 100 Mbit/s at time_scale 4, within 80 % of 150
+    assert partition.admit(plan, 4.0, slow) is None
     assert partition.admit(plan, 1.0, {}) == (
         f"machines {min(demand)[0]} and {min(demand)[1]}: no probe of the network between them"
     )
+
+
+def test_a_machine_cut_to_two_others_carries_both_through_its_own_link():
+    """Machine a's links to b and c (100 Mbit/s each) each fit the 150 Mbit/s its pairs were
+    probed at alone (100 ≤ 0.8 × 150), but a's own link carries both at once: 200 Mbit/s,
+    which fits from time_scale ceil(200 / 120) = 2 on."""
+    cut = (
+        partition.Cut("h1", "h1", "b", "sw", "a", 100_000_000),
+        partition.Cut("h2", "h2", "c", "sw", "a", 100_000_000),
+    )
+    plan = partition.MachinePlan(("a", "b", "c"), {"sw": "a", "h1": "b", "h2": "c"}, cut, "pins")
+    probed = {(x, y): 150e6 for x in "abc" for y in "abc" if x != y}
+    assert partition.admit(plan, 1.0, probed) == (
+        "the links cut at machine a (to 2 others) carry 200 Mbit/s each way at time_scale 1, "
+        "more than 80% of the 150 Mbit/s their network carried in the probe; time_scale: 2 "
+        "fits (or place fewer links across machines: machines.place)"
+    )
+    assert partition.admit(plan, 2.0, probed) is None
+
+
+def test_a_dilated_placement_is_judged_in_scenario_time_and_recorded():
+    """A run places its dilated twin (links at 100 Mbit/s / 4 = 25 Mbit/s on this machine's
+    clock); admission judges the cut in scenario time, so at time_scale 4 the same cut links
+    are 100 Mbit/s again and a network that carried 150 Mbit/s takes 200 Mbit/s of them at
+    200 / 4 = 50 Mbit/s. placement.json keeps the placement, the cut and the probe's figures."""
+    wall = machine_plan(scenario({"nodes": ["a", "b", "c"]},
+                                 topology={**LEAF_SPINE, "link_rate": "25mbit"}))  # fmt: skip
+    back = partition.in_scenario_time(wall, 4)
+    assert {c.rate_bps for c in wall.cut} == {25_000_000}
+    assert {c.rate_bps for c in back.cut} == {100_000_000}
+    assert [c.link for c in back.cut] == [c.link for c in wall.cut]
+    pairs = {(x, y) for x in "abc" for y in "abc" if x != y}
+    assert partition.admit(back, 4.0, dict.fromkeys(pairs, 150e6)) is None
+    record = partition.placement_record(back, {("a", "b"): 1.5e8, ("b", "a"): 1.4e8})
+    assert record["machines"] == ["a", "b", "c"]
+    assert record["cut"][0]["rate_bps"] == 100_000_000
+    assert record["probed_bps"] == [{"from": "a", "to": "b", "bps": 1.5e8},
+                                    {"from": "b", "to": "a", "bps": 1.4e8}]  # fmt: skip
+
+
+def test_the_probe_tunnel_takes_a_vni_no_cut_link_can():
+    """A run's block of VNIs: the probe's is its number 0, the links' 1 … 1023."""
+    run = "3fa9c1"
+    links = {partition.vni(run, n) for n in range(1, partition.VNI_LINKS)}
+    assert partition.probe_vni(run) not in links
+    assert partition.probe_vni(run) == min(links) - 1 and partition.probe_vni(run) % 1024 == 0
 
 
 def test_each_machine_builds_its_nodes_its_links_and_its_halves_of_the_cut():

@@ -450,7 +450,7 @@ class DockerKind:
 
     def create(
         self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
-        gpus: dict[str, list[int]],
+        gpus: dict[str, list[int]], time_scale: float = 1.0,
     ) -> DockerRuntime:  # fmt: skip
         return DockerRuntime(plan, state, s.runtime_options, run_dir, prepared, gpus=gpus)
 

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import ipaddress
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,8 +31,9 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.core.errors import EnvironmentProblem, RunFailure, ScenarioError
 from testbed.core.state import STATE_DIR, RunLock, RunState, proc_start_time
+from testbed.core.units import format_rate_about
 from testbed.network import netlink as nl
-from testbed.network.runtime import forkserver
+from testbed.network.runtime import forkserver, underlay_probe
 from testbed.network.runtime.base import Launch, NodeProcess
 from testbed.network.runtime.namespaces import (
     NETNS_DIR,
@@ -39,7 +42,18 @@ from testbed.network.runtime.namespaces import (
     write_sysctl,
 )
 from testbed.network.runtime.network import Cutting, Network
-from testbed.scenario.partition import Part, parts, place
+from testbed.network.shaping.apply import tc_call
+from testbed.network.shaping.plan import capped
+from testbed.scenario.partition import (
+    Part,
+    admit,
+    cut_demand,
+    in_scenario_time,
+    parts,
+    place,
+    placement_record,
+    probe_vni,
+)
 from testbed.scenario.topology import TopologyPlan, link_group, name_of, parse_name
 
 log = logging.getLogger(__name__)
@@ -47,6 +61,20 @@ SYS_NET = Path("/sys/class/net")  # the root namespace's interfaces
 # machines.emulate: the emulated machines' own network (link-local: it exists only between
 # their namespaces and the underlay's, never routed anywhere)
 UNDERLAY = ipaddress.IPv4Network("169.254.77.0/24")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What an emulated run asks of its machines' network before its nodes exist (issue 76):
+    the machine pairs its cut joins, the rule that judges what the probe carried between
+    them (partition.admit, bound to the placement in scenario time: a reason to refuse, or
+    None), where the probe's figures go (placement.json), and the emulated network's rate
+    (None: unshaped)."""
+
+    pairs: list[tuple[str, str]]
+    judge: Callable[[dict[tuple[str, str], float]], str | None]
+    report: Callable[[dict[tuple[str, str], float]], None]
+    underlay_bps: int | None = None
 
 
 class NetnsRuntime:
@@ -62,18 +90,25 @@ class NetnsRuntime:
         state: RunState,
         emulated: Mapping[str, Part] | None = None,
         port: int = 14789,
+        admission: Admission | None = None,
+        underlay_mtu: int = 1500,
     ) -> None:
         """`emulated`: each machine's part of a run placed over several (machines.emulate),
-        every one built here, each machine a namespace on an unshaped underlay."""
+        every one built here, each machine a namespace on an underlay (a bridge) that
+        `admission` probes before the nodes are built."""
         self.plan = plan
         self.state = state
+        self.port = port
+        self.admission = admission
+        self.underlay_mtu = underlay_mtu
         names = list(emulated or {})
         self.machines = {m: name_of("emulated machine", plan.run_id, i)
                          for i, m in enumerate(names, start=1)}  # fmt: skip
         self.underlay = name_of("underlay", plan.run_id) if names else None
-        address = {m: UNDERLAY[i] for i, m in enumerate(names, start=1)}
+        self.address = {m: UNDERLAY[i] for i, m in enumerate(names, start=1)}
         cuts = [
-            Cutting(part, address, port, self.machines[m]) for m, part in (emulated or {}).items()
+            Cutting(part, self.address, port, self.machines[m])
+            for m, part in (emulated or {}).items()
         ]
         self.net = Network(plan, state, cuts)
         self.classes = self.net.classes
@@ -100,12 +135,38 @@ class NetnsRuntime:
             create_netns(ns)
         if self.underlay is not None:
             self._build_underlay(self.underlay)
+            self._admit()
         self.net.build()
+
+    def _admit(self) -> None:
+        """The machines' network probed between every pair the cut joins, through a probe
+        tunnel as the cut links' (underlay_probe.py), and judged before any node exists: a
+        cut that asks more than it carried is refused in one line (exit 2), naming the
+        time_scale that fits."""
+        a = self.admission
+        if a is None:
+            return
+        probed: dict[tuple[str, str], float] = {}
+        a.report(probed)  # the placement, whatever the probe does
+        if a.pairs:
+            vxlan = (probe_vni(self.plan.run_id), self.port, self.plan.mtu)
+            probed = underlay_probe.carried(self.net.ipr, lambda ns: NETNS_DIR / ns,
+                                            self.machines, self.address, a.pairs, vxlan)  # fmt: skip
+        if not probed:
+            return
+        a.report(probed)
+        for (src, dst), bps in sorted(probed.items()):
+            log.info("admission: %s → %s carried %s through a probe tunnel", src, dst,
+                     format_rate_about(bps))  # fmt: skip
+        why = a.judge(probed)
+        if why is not None:
+            raise ScenarioError(f"machines: {why}")
 
     def _build_underlay(self, underlay: str) -> None:
         """A bridge in the underlay's namespace and a veth to each emulated machine, whose end
-        there (eth0) has the machine's address: the machines' own network, unshaped, IPv6
-        off (nothing on it but the tunnels' frames)."""
+        there (eth0) has the machine's address: the machines' own network, IPv6 off (nothing
+        on it but the tunnels' frames), unshaped unless machines.underlay_rate holds each
+        machine's veth to a rate both ways."""
         for ns in (underlay, *self.machines.values()):
             write_sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1",
                          "net.ipv6.conf.default.disable_ipv6", "1")  # fmt: skip
@@ -113,14 +174,20 @@ class NetnsRuntime:
         u.link("add", ifname="br", kind="bridge")
         (br,) = u.link_lookup(ifname="br")
         u.link("set", index=br, state="up")
+        rate = self.admission.underlay_bps if self.admission is not None else None
         for i, ns in enumerate(self.machines.values(), start=1):
             u.link("add", ifname=f"m{i}", kind="veth", peer={"ifname": "eth0", "net_ns_fd": ns})
             (port,) = u.link_lookup(ifname=f"m{i}")
-            u.link("set", index=port, master=br, state="up")
+            u.link("set", index=port, master=br, mtu=self.underlay_mtu, state="up")
             m = self.net.ipr(ns)
             (eth0,) = m.link_lookup(ifname="eth0")
+            m.link("set", index=eth0, mtu=self.underlay_mtu)  # machines.underlay_mtu
             m.addr("add", index=eth0, address=str(UNDERLAY[i]), prefixlen=UNDERLAY.prefixlen)
             m.link("set", index=eth0, state="up")
+            if rate is not None:  # the machine's link to the others, both ways
+                for ipr, index in ((m, eth0), (u, port)):
+                    for obj in capped(rate):
+                        tc_call(ipr, index, obj)
 
     def spawn(
         self,
@@ -437,12 +504,25 @@ class NetnsKind:
 
     def create(
         self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
-        gpus: dict[str, list[int]],
+        gpus: dict[str, list[int]], time_scale: float = 1.0,
     ) -> NetnsRuntime:  # fmt: skip
         m = getattr(s, "machines", None)
         if m is None or not m.emulate:
             return NetnsRuntime(plan, state)
-        return NetnsRuntime(plan, state, parts(plan, place(s, plan)), m.vxlan_port)
+        placed = place(s, plan)  # `s` is the run's dilated twin: rates on this machine's clock
+        scenario = in_scenario_time(placed, time_scale)
+        # an unshaped emulated network is this machine's own CPU, which the link budget
+        # judges already: admission probes an emulated network given a rate
+        admission = Admission(
+            pairs=sorted(cut_demand(placed)) if m.underlay_rate is not None else [],
+            judge=lambda probed: admit(scenario, time_scale, probed),
+            report=lambda probed: (run_dir / "placement.json").write_text(
+                json.dumps(placement_record(scenario, probed), indent=2)
+            ),
+            underlay_bps=m.underlay_rate,
+        )
+        return NetnsRuntime(plan, state, parts(plan, placed), m.vxlan_port, admission,
+                            m.underlay_mtu)  # fmt: skip
 
     def teardown(self, state: RunState) -> list[str]:
         return teardown(state)

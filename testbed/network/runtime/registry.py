@@ -23,8 +23,8 @@ class RuntimeKind(Protocol):
     def prepare(self, s: Any, run_id: str, progress: Any) -> Any: ...  # e.g. a node image
     def create(
         self, plan: TopologyPlan, state: RunState, s: Any, run_dir: Path, prepared: Any,
-        gpus: dict[str, list[int]],
-    ) -> Runtime: ...  # fmt: skip
+        gpus: dict[str, list[int]], time_scale: float = 1.0,
+    ) -> Runtime: ...  # fmt: skip  # s: the run's dilated twin; time_scale: its K
     def teardown(self, state: RunState) -> list[str]: ...  # what the state file records
     def exec_argv(
         self, st: RunState, host: dict[str, Any], command: list[str], tty: bool

@@ -272,6 +272,16 @@ def quantum_bytes(rate_bps: int, frame_bytes: int = 1500 + ETHERNET_HEADER) -> i
     return max(frame_bytes, min(200_000, round(rate_bps / 8 * QUANTUM_SECONDS)))
 
 
+def capped(rate_bps: int) -> list[Htb | HtbClass]:
+    """An interface's egress held to `rate_bps` and nothing else: one HTB class, every packet
+    in it (the emulated machines' own network: netns.py)."""
+    return [
+        Htb(ROOT, default_minor=1),
+        HtbClass(CAP, ROOT, rate_bps, rate_bps, prio=0, burst=burst_bytes(rate_bps),
+                 cburst=burst_bytes(rate_bps), quantum=quantum_bytes(rate_bps)),
+    ]  # fmt: skip
+
+
 def host_port(end: LinkEnd) -> bool:
     """The queue of what a host sends: its own port (a NIC's), not a switch's."""
     return end.tier == "host" and end.direction == "up"
