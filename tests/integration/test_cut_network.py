@@ -159,6 +159,21 @@ def test_strict_priority_holds_on_a_port_whose_hosts_are_on_another_machine(tmp_
     assert s["run_id"] not in left, left
 
 
+def on_two_machines(name: str, duration: str, rate: str, workloads: dict, **machines) -> dict:
+    """Two hosts on one ToR over two emulated machines, the switch on a and h2 on b (h2's
+    link cut); `machines` adds to the section (underlay_rate, underlay_mtu)."""
+    return {
+        "name": name,
+        "duration": duration,
+        "measure": {"warmup": "0.2s", "cooldown": "0s"},
+        "metrics": {"prometheus": "off"},
+        "topology": {"hosts": 2, "link_rate": rate},
+        "machines": {"nodes": ["a", "b"], "place": {"sw": "a", "h2": "b"}, "emulate": True,
+                     **machines},
+        "workloads": workloads,
+    }  # fmt: skip
+
+
 def test_admission_refuses_a_cut_its_machines_network_cannot_carry(tmp_path):
     """Two emulated machines whose network is held to 40 Mbit/s each way (machines.
     underlay_rate), h2's 100 Mbit/s link cut between them: the probe (iperf3 each way through a
@@ -173,16 +188,7 @@ def test_admission_refuses_a_cut_its_machines_network_cannot_carry(tmp_path):
     from .helpers import run_cli
 
     need_binary("iperf3", "admission probes the machines' network with it")
-    data = {
-        "name": "admission",
-        "duration": "1s",
-        "measure": {"warmup": "0.2s", "cooldown": "0s"},
-        "metrics": {"prometheus": "off"},
-        "topology": {"hosts": 2, "link_rate": "100mbit"},
-        "machines": {"nodes": ["a", "b"], "place": {"sw": "a", "h2": "b"},
-                     "emulate": True, "underlay_rate": "40mbit"},
-        "workloads": {},
-    }  # fmt: skip
+    data = on_two_machines("admission", "1s", "100mbit", {}, underlay_rate="40mbit")
     f = tmp_path / "admission.yaml"
     f.write_text(yaml.safe_dump(data))
     before = subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout
@@ -221,16 +227,8 @@ def test_kill9_of_a_run_on_emulated_machines_leaves_no_machine_behind(tmp_path):
 
     from .helpers import run_cli, up_to_kill
 
-    data = {
-        "name": "emulated-kill",
-        "duration": "120s",
-        "measure": {"warmup": "1s", "cooldown": "0s"},
-        "metrics": {"prometheus": "off"},
-        "topology": {"hosts": 2, "link_rate": "20mbit"},
-        "machines": {"nodes": ["a", "b"], "place": {"sw": "a", "h2": "b"}, "emulate": True,
-                     "underlay_mtu": 9000},
-        "workloads": {"linkcheck": {"pattern": "ring", "short": False}},
-    }  # fmt: skip
+    ring = {"linkcheck": {"pattern": "ring", "short": False}}
+    data = on_two_machines("emulated-kill", "120s", "20mbit", ring, underlay_mtu=9000)
     f = tmp_path / "kill.yaml"
     f.write_text(yaml.safe_dump(data))
     run_id = "c0ffe2"
