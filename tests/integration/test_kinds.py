@@ -193,7 +193,10 @@ def test_preprocessing_binds_when_it_is_slower_than_the_network(tmp_path):
         assert rate <= 40 + edge, (model, rate, 40 + edge)
         rate_at_least(rate, 40 - edge, s, f"{model}'s images/s")
     pre = e["preprocessing_rate"]
-    assert set(pre["per_host"]) == {"h1", "h2"} and pre["allowed"] == pytest.approx(20 + 8 / 7)
+    assert set(pre["per_host"]) == {"h1", "h2"}
+    # one block of 8 over the 7 s the nodes' reads span (CI, 2026-12-08: 7.0004 s, not 7)
+    assert pre["allowed"] == pytest.approx(20 + 8 / e["counted_s"]["counters"])
+    assert pre["allowed"] == pytest.approx(20 + 8 / 7, rel=0.01)
     for h, r in pre["per_host"].items():
         assert r <= 20 + 8 / s["window"]["span_s"], (h, r)
     b = e["bytes_sent"]
