@@ -806,21 +806,24 @@ def _print_dry_run(spec: Any, points: list[Any], out: Path) -> None:
                     counts[what if len(p.scenario.workloads) == 1 else f"{name} {what}"] = n
         planned.append(counts)
     columns = list(dict.fromkeys(c for counts in planned for c in counts))
+    loads = [_budget_load(p.scenario) for p in points]
     t = Table(title=f"sweep {spec.name}: {len(points)} runs")
-    for col in ("#", "point", "duration", "real time", *columns):
+    for col in ("#", "point", "duration", "real time", "budget load", *columns):
         t.add_column(col, justify="right" if col != "point" else "left")
     cells: dict[tuple[str, ...], dict[str, int]] = {}
     total_s = 0.0
-    for p, counts in zip(points, planned, strict=True):
+    for p, counts, at in zip(points, planned, loads, strict=True):
         cell = cells.setdefault(tuple(v for k, v in p.labels.items() if k != "seed"), {})
         for c, n in counts.items():
             cell[c] = cell.get(c, 0) + n
         real = _real_time(p.scenario)  # a dilated run takes time_scale × its duration
         total_s += real or 0.0
         shown_real = views.fmt_duration(real) if real is not None else "auto: at the run"
-        t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", shown_real,
+        shown_load = "–" if at is None else f"{at[0]:.2f}" + (" over" if at[0] > 1 else "")
+        t.add_row(str(p.index), p.title, f"{p.scenario.duration:g} s", shown_real, shown_load,
                   *(str(counts.get(c, "–")) for c in columns))  # fmt: skip
     Console().print(t)
+    _print_loads(points, loads)
     for c in columns:  # the thinnest cell of each count, over its seeds
         fewest = min(cells.items(), key=lambda kv: kv[1].get(c, 0))
         Console().print(
@@ -858,6 +861,51 @@ def _print_cost(spec: Any, points: list[Any], out: Path) -> None:
             f"{views.fmt_duration(max(most, 0) * per_run)}"
         )
     Console().print(line)
+
+
+def _budget_load(s: Any) -> tuple[float, float | None, list[str]] | None:
+    """A point's link-budget load (over 1: more than this machine carries, the run's figures
+    may bend and the report flags its pairs), the time_scale that fits, and the kinds whose
+    CPU is left out (not probed since this boot); None where no budget is kept since boot."""
+    from testbed.scenario import budget
+
+    b = budget.cached(s.topology.link_mode)
+    if b is None:
+        return None
+    s = budget.with_fitting_scale(s, b)
+    a = budget.assess(s, b)
+    unpriced = [k for k in budget.probed_kinds(s) if k not in b.kind_costs]
+    return a["load"], a["fitting_time_scale"], unpriced
+
+
+def _print_loads(points: list[Any], loads: list[Any]) -> None:
+    """One line on the points' budget loads: how many are over and the time_scale that fits
+    them, or why no load is shown (found 2026-12-08: a committed sweep whose every pair ran at
+    load 1.46 was seen only in its report)."""
+    known = [x for x in loads if x is not None]
+    if not known:
+        Console().print(
+            "budget load: this machine's link budget is not measured since boot (`testbed up` "
+            "of a scenario that needs it measures it and keeps it until the next boot)"
+        )
+        return
+    if len(known) < len(loads):
+        Console().print(
+            "budget load: – where the point's topology.link_mode has no budget measured since boot"
+        )
+    over = [x for x in known if x[0] > 1]
+    if over:
+        fits = [x[1] for x in over if x[1] is not None]
+        Console().print(
+            f"budget load: {len(over)} of {len(points)} runs ask more than this machine carries "
+            "(load over 1): their figures may bend and the report flags their pairs"
+            + (f"; time_scale {max(fits):g} fits them all" if fits else "")
+        )
+    unpriced = sorted({k for x in known for k in x[2]})
+    if unpriced:
+        Console().print(
+            f"budget load: the CPU of {', '.join(unpriced)} is left out (not probed since boot)"
+        )
 
 
 def _real_time(s: Any) -> float | None:

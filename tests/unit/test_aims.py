@@ -382,6 +382,43 @@ def test_dry_run_prints_the_cost_from_the_runs_already_finished(tmp_path):
     assert "up to max 7 seeds 12 runs more, about 1h00m" in r.stdout
 
 
+def test_dry_run_shows_each_points_budget_load_and_the_time_scale_that_fits(tmp_path):
+    """With a budget kept since this boot, each point's load and a line naming how many are
+    over and the time_scale that fits them; without one, a line saying it is not measured
+    (2026-12-08: a committed sweep whose every pair ran at load 1.46 was seen only in its
+    report). By hand: one flow carried 50 Mbit/s where a 100 Mbit/s host link asks 100: load
+    2.00, time_scale ceil(1 × 2.00) = 2; no kind's CPU probed, so none is counted."""
+    from testbed.scenario import budget
+
+    p = write(tmp_path, seeds=[1, 2])
+    state = tmp_path / "state"
+    state.mkdir()
+    kept = {"mode": "exact", "one_flow_bps": 50e6, "all_flows_bps": 1e12, "flows": 8,
+            "probe_rate_bps": 0, "cores": 2, "kind_costs": {}}  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200", "TESTBED_STATE_DIR": str(state)}
+
+    def dry() -> str:
+        r = subprocess.run(
+            [sys.executable, "-m", "testbed.cli", "sweep", str(p), "--out",
+             str(tmp_path / "out"), "--dry-run"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT, env=env,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    out = dry()
+    assert "not measured since boot" in out and "over" not in out.split("budget load:")[0]
+    (state / ".link-budget").write_text(
+        json.dumps({"identity": budget._identity(), "modes": {"exact": kept}})
+    )
+    out = dry()
+    points = len(sw.expand(sw.load_spec(p), p))
+    assert out.count("2.00 over") == points, out
+    assert f"{points} of {points} runs ask more than this machine carries" in out
+    assert "time_scale 2 fits them all" in out
+    assert "the CPU of horovod, websearch is left out" in out
+
+
 def test_where_judges_an_aim_in_the_cells_it_names_only(tmp_path):
     """Each cell its own band (the thesis' R = 2 and R = 4): `where AXIS=VALUE`, the axis by
     its column or its path."""
