@@ -1,8 +1,8 @@
 """Admission's measurement (issue 76): what the machines' own network carries between two
 machines along the path a cut link's frames take. A VXLAN device on each (the run's port, a
 VNI of the run's block that no link takes, the emulated links' MTU: the same encapsulation,
-the same UDP flow hashing as the tunnels), and TCP through it both ways at once for a few
-seconds each way.
+the same UDP flow hashing as the tunnels), and TCP through it for a few seconds each way,
+one direction at a time.
 
 The TCP is iperf3's (one direction at a time, JSON out), not testbed's own flows: a well-kept tool that
 reports what arrived each way, and one a user can run by hand to check it. The probe's
@@ -23,7 +23,7 @@ from typing import Any
 
 from testbed.core.errors import EnvironmentProblem, RunFailure
 
-PROBE_S = 2  # seconds of TCP each pair, both ways at once
+PROBE_S = 2  # seconds of TCP each pair and direction
 DEVICE = "tbprobe"  # the probe's VXLAN device on each machine
 NET = ipaddress.IPv4Network("169.254.78.0/30")  # link-local: inside the tunnel only
 PORT = 5201  # iperf3's, inside the probe tunnel's own addresses
